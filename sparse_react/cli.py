@@ -1,0 +1,141 @@
+"""The `sparse-react` command line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from sparse_react.games.catalog import BUNDLED_SPLITS, GameSetError, count_by_task, find_games
+from sparse_react.games.files import GameFileError
+from sparse_react.tasks import TaskType, UnknownTaskError
+
+app = typer.Typer(help="ReAct agents on ALFWorld-style household games.", pretty_exceptions_enable=False,
+                  no_args_is_help=True, add_completion=False)
+games_app = typer.Typer(help="List, show and generate household games.", no_args_is_help=True)
+app.add_typer(games_app, name="games")
+
+USER_ERRORS = (GameSetError, GameFileError, UnknownTaskError)
+POLICIES = ("expert", "random")
+
+
+def _task_types(text: Optional[str]) -> Optional[list[TaskType]]:
+    return [TaskType.parse(t) for t in text.split(",")] if text else None
+
+
+@games_app.command("list")
+def games_list(sets: list[str] = typer.Argument(None, help="Game sets (default: the bundled splits).")) -> None:
+    """Count the games of each set by task type."""
+    names = sets or list(BUNDLED_SPLITS)
+    typer.echo("| set | " + " | ".join(t.column for t in TaskType) + " | All |")
+    typer.echo("|---" * (len(TaskType) + 2) + "|")
+    for name in names:
+        counts = count_by_task(find_games(name))
+        typer.echo(f"| {name} | " + " | ".join(str(n) for n in counts.values()) + f" | {sum(counts.values())} |")
+
+
+@games_app.command("show")
+def games_show(game: str = typer.Argument(..., help="A game file or a game set."),
+               index: int = typer.Option(0, help="Which game of the set (sorted by path).")) -> None:
+    """Show one game: its task, first observation, admissible commands and solution."""
+    from sparse_react.env import HouseholdEnv
+
+    refs = find_games(game)
+    if not 0 <= index < len(refs):
+        raise GameSetError(f"index {index} is out of range: {game} holds {len(refs)} games")
+    env = HouseholdEnv(refs)
+    observation, info = env.reset(options={"game": refs[index]})
+    typer.echo(f"game:      {info['game_file']}\ntask type: {info['task_type']}\ntask:      {info['task']}\n")
+    typer.echo(observation + "\n")
+    typer.echo("admissible: " + ", ".join(info["admissible_commands"]))
+    typer.echo("solution:   " + " | ".join(env.expert_plan()))
+
+
+@games_app.command("generate")
+def games_generate(
+    out: Path = typer.Option(..., help="Folder to write games into (<task folder>/<trial>/game.json)."),
+    seed: int = typer.Option(0, help="Seed: the same seed always gives the same games."),
+    count: int = typer.Option(6, min=1, help="How many games (task types taken in turn)."),
+    split: str = typer.Option("train", help=f"One of {', '.join(BUNDLED_SPLITS)}: decides rooms and combinations."),
+    task_types: Optional[str] = typer.Option(None, help="Comma-separated task types (default: all six)."),
+) -> None:
+    """Generate solvable games in ALFWorld's format, each with its solution."""
+    from sparse_react.games.generate import generate_games, write_game
+
+    if split not in BUNDLED_SPLITS:
+        raise GameSetError(f"unknown split {split!r}: one of {', '.join(BUNDLED_SPLITS)}")
+    for game in generate_games(seed, count, _task_types(task_types), split=split):
+        typer.echo(str(write_game(game, out)))
+
+
+@app.command()
+def play(game: str = typer.Argument(..., help="A game file or a game set."),
+         index: int = typer.Option(0, help="Which game of the set."),
+         max_steps: int = typer.Option(50, help="Step budget.")) -> None:
+    """Play a game yourself: type commands, `admissible` to list them, `quit` to stop."""
+    from sparse_react.env import HouseholdEnv, ThinkWrapper
+
+    refs = find_games(game)
+    if not 0 <= index < len(refs):
+        raise GameSetError(f"index {index} is out of range: {game} holds {len(refs)} games")
+    env = ThinkWrapper(HouseholdEnv(refs, max_steps=max_steps))
+    observation, info = env.reset(options={"game": refs[index]})
+    typer.echo(observation)
+    done = False
+    while not done:
+        try:
+            command = input("> ").strip()
+        except (EOFError, KeyboardInterrupt):
+            command = "quit"
+        if command == "quit":
+            typer.echo(f"Stopped after {info['steps']} steps without winning.")
+            return
+        if command in ("admissible", "?"):
+            typer.echo("\n".join(info["admissible_commands"]))
+            continue
+        if command and not command.lower().startswith("think:") and command not in info["admissible_commands"]:
+            typer.echo(f"({command!r} is not an admissible command: the game will say nothing happens)")
+        observation, _, terminated, truncated, info = env.step(command)
+        typer.echo(observation)
+        done = terminated or truncated
+    typer.echo(f"You won in {info['steps']} steps." if info["won"] else f"Out of steps ({max_steps}): not won.")
+
+
+@app.command("eval")
+def eval_(
+    games: str = typer.Option("valid_unseen", help="Game set: bundled split, alfworld:<split>, folder or file."),
+    policy: str = typer.Option("expert", help=f"One of {', '.join(POLICIES)}."),
+    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N games."),
+    task_types: Optional[str] = typer.Option(None, help="Comma-separated task types."),
+    max_steps: int = typer.Option(50, help="Step budget per episode."),
+    seed: int = typer.Option(0, help="Seed of the random policy."),
+) -> None:
+    """Play every game of a set once and print the success table by task type."""
+    from sparse_react.evaluate import evaluate, success_table
+    from sparse_react.policies.expert import ExpertPolicy
+    from sparse_react.policies.random_admissible import RandomPolicy
+
+    if policy not in POLICIES:
+        raise GameSetError(f"unknown policy {policy!r}: one of {', '.join(POLICIES)}")
+    refs = find_games(games, _task_types(task_types))[:limit]
+    chosen = ExpertPolicy() if policy == "expert" else RandomPolicy(seed)
+    results = evaluate(refs, chosen, max_steps=max_steps)
+    typer.echo(success_table(results, label=policy))
+    for result in results:
+        if result.error:
+            typer.echo(f"error in {result.game}: {result.error}", err=True)
+
+
+def main() -> None:
+    """Entry point: user errors end with one clear line and exit status 2, never a traceback."""
+    try:
+        app()
+    except USER_ERRORS as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The household game engine: textworld's PDDL environment with ALFWorld's object names.
+
+One Engine holds one game at a time. It is not thread-safe (the planner library keeps global
+state), so parallel play uses processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparse_react.games.files import GameFileError, load_game_data
+
+WELCOME_BANNER = "-= Welcome to TextWorld, ALFRED! =-"
+NOTHING_HAPPENS = "Nothing happens."
+
+
+@dataclass(frozen=True)
+class GameState:
+    """What the game shows after a reset or a command."""
+
+    observation: str
+    admissible: tuple[str, ...]
+    won: bool
+
+
+class Engine:
+    """Loads, resets and steps one household game with textworld's PddlEnv."""
+
+    def __init__(self) -> None:
+        import textworld
+        from textworld.envs.pddl import PddlEnv
+
+        self._env = PddlEnv(textworld.EnvInfos(admissible_commands=True, won=True))
+        self.game_file: Path | None = None
+        self.walkthrough: list[str] = []
+
+    def load(self, path: str | Path, data: dict[str, Any] | None = None) -> None:
+        """Load a game file (or its already-read `data`); names objects as ALFWorld does."""
+        from alfworld.agents.utils.misc import Demangler
+
+        path = Path(path)
+        data = data if data is not None else load_game_data(path)
+        try:
+            self._env.load(data)
+        except Exception as exc:  # textworld raises many kinds on a malformed problem
+            raise GameFileError(f"{path} could not be loaded as a game: {type(exc).__name__}: {exc}") from exc
+        infos = self._env._entity_infos
+        demangler = Demangler(game_infos=infos)
+        for info in infos.values():
+            info.name = demangler.demangle_alfred_name(info.id)
+        self.game_file = path
+        self.walkthrough = list(data.get("walkthrough") or [])
+
+    def reset(self) -> GameState:
+        """Start the loaded game from its initial state."""
+        if self.game_file is None:
+            raise RuntimeError("no game loaded")
+        return self._state(self._env.reset())
+
+    def step(self, command: str) -> GameState:
+        """Send one command; a command that is not admissible returns 'Nothing happens.'."""
+        state, _, _ = self._env.step(command)
+        return self._state(state)
+
+    def plan(self) -> list[str]:
+        """An optimal command sequence from the current state to the goal ([] when none exists)."""
+        return list(self._env._pddl_state.replan(self._env._entity_infos))
+
+    @staticmethod
+    def _state(state: Any) -> GameState:
+        return GameState(state.feedback, tuple(state["admissible_commands"]), bool(state["won"]))
