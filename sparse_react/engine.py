@@ -35,6 +35,10 @@ class Engine:
         self._env = PddlEnv(textworld.EnvInfos(admissible_commands=True, won=True))
         self.game_file: Path | None = None
         self.walkthrough: list[str] = []
+        self._history: list[str] = []
+        self._plan: list[str] | None = None
+        self._plan_start = 0
+        self._admissible: tuple[str, ...] = ()
 
     def load(self, path: str | Path, data: dict[str, Any] | None = None) -> None:
         """Load a game file (or its already-read `data`); names objects as ALFWorld does."""
@@ -57,17 +61,31 @@ class Engine:
         """Start the loaded game from its initial state."""
         if self.game_file is None:
             raise RuntimeError("no game loaded")
+        self._history = []
+        self._plan, self._plan_start = (list(self.walkthrough) or None), 0
         return self._state(self._env.reset())
 
     def step(self, command: str) -> GameState:
         """Send one command; a command that is not admissible returns 'Nothing happens.'."""
         state, _, _ = self._env.step(command)
+        self._history.append(command.strip())
         return self._state(state)
 
     def plan(self) -> list[str]:
-        """An optimal command sequence from the current state to the goal ([] when none exists)."""
-        return list(self._env._pddl_state.replan(self._env._entity_infos))
+        """Commands that win from the current state ([] when won or when none exists).
 
-    @staticmethod
-    def _state(state: Any) -> GameState:
-        return GameState(state.feedback, tuple(state["admissible_commands"]), bool(state["won"]))
+        Follows the game's stored solution, or the last plan, while the commands sent match it;
+        asks the planner again only after a deviation, since planning can take seconds.
+        """
+        sent = self._history[self._plan_start:]
+        if self._plan is not None and sent == self._plan[: len(sent)]:
+            rest = self._plan[len(sent):]
+            if rest and rest[0] in self._admissible:
+                return list(rest)
+        self._plan = list(self._env._pddl_state.replan(self._env._entity_infos))
+        self._plan_start = len(self._history)
+        return list(self._plan)
+
+    def _state(self, state: Any) -> GameState:
+        self._admissible = tuple(state["admissible_commands"])
+        return GameState(state.feedback, self._admissible, bool(state["won"]))
