@@ -1,0 +1,97 @@
+"""What the engine may compute once and reuse: parsed game logic and PDDL translations.
+
+Both are pure functions of their text inputs. The grammar of a game differs from the shared one
+only in its task sentence, so the parse of everything else is shared by all games of a process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import re
+from collections import OrderedDict
+from typing import Any, Iterator
+
+TASK_RULE = re.compile(r'("task"\s*:\s*\[\s*\{\s*"rhs"\s*:\s*)"((?:[^"\\]|\\.)*)"')
+TASK_SLOT = "__SPARSE_REACT_TASK__"
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+class LogicCache:
+    """Parsed GameLogic per (domain, grammar-without-task); each game gets a copy with its own task."""
+
+    def __init__(self) -> None:
+        self._logic: dict[str, Any] = {}
+
+    def get(self, domain: str, grammar: str) -> Any:
+        from textworld.envs.pddl.logic import GameLogic
+        from textworld.envs.pddl.textgen import ContextSensitiveGrammar
+
+        match = TASK_RULE.search(grammar)
+        if match is None:  # no task rule to swap: parse as textworld would
+            return GameLogic(domain=domain, grammar=grammar)
+        template = grammar[: match.start(2) - 1] + f'"{TASK_SLOT}"' + grammar[match.end(2) + 1:]
+        key = _digest(domain, template)
+        if key not in self._logic:
+            self._logic[key] = GameLogic(domain=domain, grammar=template)
+        base = self._logic[key]
+        logic = copy.copy(base)
+        logic.grammar = ContextSensitiveGrammar()
+        logic.grammar._rules.update(base.grammar._rules)
+        task_rhs = json.loads(f'"{match.group(2)}"')
+        task = ContextSensitiveGrammar.parse(json.dumps({"task": [{"rhs": task_rhs}]}))
+        logic.grammar._rules["task"] = task._rules["task"]
+        return logic
+
+
+class TranslationCache:
+    """Fast Downward's PDDL→SAS translation memoised by its inputs (LRU over `size` entries).
+
+    textworld's PDDL state calls `fast_downward.pddl2sas` through its module; `installed()`
+    stands this cache in for that module while the engine loads or resets, and restores it after.
+    """
+
+    def __init__(self, size: int = 64) -> None:
+        import fast_downward
+
+        self._module = fast_downward
+        self._size = size
+        self._memo: OrderedDict[str, Any] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+    def pddl2sas(self, domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> Any:
+        key = _digest(domain, problem, str(bool(optimize)))
+        if key in self._memo:
+            self.hits += 1
+            self._memo.move_to_end(key)
+            return self._memo[key]
+        self.misses += 1
+        result = self._module.pddl2sas(domain, problem, verbose=verbose, optimize=optimize)
+        self._memo[key] = result
+        if len(self._memo) > self._size:
+            self._memo.popitem(last=False)
+        return result
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        import textworld.envs.pddl.logic as pddl_logic
+
+        previous = pddl_logic.fast_downward
+        pddl_logic.fast_downward = self
+        try:
+            yield
+        finally:
+            pddl_logic.fast_downward = previous
