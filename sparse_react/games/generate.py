@@ -142,17 +142,13 @@ def _constants() -> Any:
     return constants
 
 
-def _can_hold() -> dict[str, frozenset[str]]:
-    """Static receptacle type -> object types it may hold."""
+@lru_cache(maxsize=1)
+def _receptacle_rules() -> dict[str, frozenset[str]]:
+    """Static receptacle type -> the (unsliced) object types it may hold, from VAL_RECEPTACLE_OBJECTS."""
     c = _constants()
     movable = set(c.MOVABLE_RECEPTACLES)
     return {r: frozenset(o for o in objs if not o.endswith("Sliced"))
             for r, objs in c.VAL_RECEPTACLE_OBJECTS.items() if r not in movable}
-
-
-@lru_cache(maxsize=1)
-def _receptacle_rules() -> dict[str, frozenset[str]]:
-    return _can_hold()
 
 
 @lru_cache(maxsize=1)
@@ -390,6 +386,23 @@ def _holders(layout: _Layout, otype: str, exclude: str | None = None) -> list[st
     return [rid for rid, rtype in layout.receptacles if otype in rules[rtype] and rtype != exclude]
 
 
+def _target_receptacles(
+    rng: random.Random, layout: _Layout, task_type: TaskType, obj: str, exclude: str | None, count: int
+) -> list[str]:
+    """Where the target instances go. A pick-two game keeps at most one in a closed receptacle:
+    with several targets behind doors the planner's search grows by orders of magnitude."""
+    holders = _holders(layout, obj, exclude)
+    closed_limit = 1 if task_type is TaskType.PICK_TWO else count
+    kinds = dict(layout.receptacles)
+    open_holders = [r for r in holders if not _is_openable(kinds[r])]
+    chosen: list[str] = []
+    for _ in range(count):
+        closed_used = sum(_is_openable(kinds[r]) for r in chosen)
+        pool = holders if closed_used < closed_limit or not open_holders else open_holders
+        chosen.append(rng.choice(pool))
+    return chosen
+
+
 def _build_layout(rng: random.Random, room: Room, task_type: TaskType, obj: str, parent: str) -> _Layout:
     """Place the lamp, the target objects and the distractors in the room's receptacles."""
     receptacles = [(_receptacle_id(t, i), t) for t, n in room.receptacles for i in range(1, n + 1)]
@@ -399,9 +412,8 @@ def _build_layout(rng: random.Random, room: Room, task_type: TaskType, obj: str,
         layout.add_object(parent, rng.choice(holders))
     exclude = None if task_type is TaskType.LOOK else parent
     count = rng.randint(2, 4) if task_type is TaskType.PICK_TWO else rng.randint(1, 3)
-    targets = _holders(layout, obj, exclude)
-    for _ in range(count):
-        layout.add_object(obj, rng.choice(targets))
+    for receptacle in _target_receptacles(rng, layout, task_type, obj, exclude, count):
+        layout.add_object(obj, receptacle)
     distractor_types = [t for t in room.objects if t != obj and _holders(layout, t)]
     rng.shuffle(distractor_types)
     wanted = min(MAX_RECEPTACLES, round(len(receptacles) * rng.uniform(0.9, 1.4)))
@@ -435,27 +447,35 @@ def _task_sentence(rng: random.Random, task_type: TaskType, obj: str, parent: st
     return template.format(obj=obj.lower(), recep=parent.lower(), toggle=parent.lower()) + "."
 
 
-def render_problem(name: str, layout: _Layout, goal: str) -> str:
-    """Write a layout and a goal as an alfworld PDDL problem."""
+def render_problem(name: str, layout: _Layout, goal: str, keep: frozenset[str] | None = None) -> str:
+    """Write a layout and a goal as an alfworld PDDL problem.
+
+    With `keep` (the object and receptacle types a solution can touch) the problem is the planning
+    version: other objects are left out and only receptacles of a kept type or holding a kept
+    object stay openable. Its optimal plans are optimal plans of the full problem, and the
+    planner's search over every closed door in the room is what makes full problems slow.
+    """
     rules = _receptacle_rules()
     locations = _location_ids(layout)
-    otypes = sorted({t for _, t in layout.objects})
+    objects = [(o, t) for o, t in layout.objects if keep is None or t in keep]
+    relevant = {layout.placement[o] for o, _ in objects}
+    otypes = sorted({t for _, t in objects})
     rtypes = sorted({t for _, t in layout.receptacles})
     start = "loc_bar_0"
     lines = [f"(define (problem {name})", "(:domain alfred)", "(:objects", "agent1 - agent"]
     lines += [f"{t}Type - otype" for t in otypes]
     lines += [f"{t}Type - rtype" for t in rtypes]
-    lines += [f"{oid} - object" for oid, _ in layout.objects]
+    lines += [f"{oid} - object" for oid, _ in objects]
     lines += [f"{rid} - receptacle" for rid, _ in layout.receptacles]
     lines += [f"{start} - location"] + [f"{loc} - location" for loc in locations.values()]
     lines += [")", "(:init", f"(atLocation agent1 {start})"]
     for rid, rtype in layout.receptacles:
         lines.append(f"(receptacleType {rid} {rtype}Type)")
         lines.append(f"(receptacleAtLocation {rid} {locations[rid]})")
-        if _is_openable(rtype):
+        if _is_openable(rtype) and (keep is None or rtype in keep or rid in relevant):
             lines.append(f"(openable {rid})")
     lines += [f"(canContain {r}Type {o}Type)" for r in rtypes for o in otypes if o in rules[r]]
-    for oid, otype in layout.objects:
+    for oid, otype in objects:
         lines.append(f"(objectType {oid} {otype}Type)")
         lines += [f"({flag} {oid})" for flag in object_flags(otype)]
         rid = layout.placement[oid]
@@ -489,13 +509,24 @@ def game_data(task: str, pddl_problem: str, walkthrough: Sequence[str] = ()) -> 
             "walkthrough": list(walkthrough)}
 
 
-def solve(task: str, pddl_problem: str, max_steps: int = MAX_PLAN_STEPS) -> list[str] | None:
-    """The planner's solution if it has 1..max_steps commands, each admissible, winning only at the end."""
+def solve(task: str, pddl_problem: str, planning_problem: str | None = None,
+          max_steps: int = MAX_PLAN_STEPS) -> list[str] | None:
+    """A checked solution of a game, or None.
+
+    The planner solves `planning_problem` (default: the game itself); the plan is kept only if it
+    has 1..max_steps commands and, replayed on the game from its start, every command is
+    admissible, the game is not won before the last command and is won after it.
+    """
     engine = _engine()
     try:
+        if planning_problem is not None:
+            engine.load(Path("<planning>"), data=game_data(task, planning_problem))
+            engine.reset()
+            plan = engine.plan()
         engine.load(Path("<generated>"), data=game_data(task, pddl_problem))
         state = engine.reset()
-        plan = engine.plan()
+        if planning_problem is None:
+            plan = engine.plan()
     except (GameFileError, KeyError):
         return None
     if state.won or not plan or len(plan) > max_steps:
@@ -515,8 +546,8 @@ def _attempt_seed(seed: int, task_type: TaskType, split: str, attempt: int) -> i
     return (seed << 32) | _stable_hash(f"{task_type.value}|{split}|{attempt}")
 
 
-def _candidate(rng: random.Random, task_type: TaskType, split: str, seed: int) -> tuple[TaskSpec, str, str]:
-    """Draw a combination, a room and a layout; return (spec, task sentence, PDDL problem)."""
+def _candidate(rng: random.Random, task_type: TaskType, split: str, seed: int) -> tuple[TaskSpec, str, str, str]:
+    """Draw a combination, a room and a layout; return (spec, task, PDDL problem, planning problem)."""
     choices = split_combos(task_type, split)
     if not choices:
         raise GenerationError(f"no {task_type.value} combinations for split {split}")
@@ -525,8 +556,10 @@ def _candidate(rng: random.Random, task_type: TaskType, split: str, seed: int) -
     layout = _build_layout(rng, room, task_type, obj, parent)
     spec = TaskSpec(task_type, obj, "None", parent, f"g{room.scene}")
     task = _task_sentence(rng, task_type, obj, parent)
-    problem = render_problem(f"gen_{seed}", layout, _goal_pddl(task_type, obj, parent))
-    return spec, task, problem
+    goal = _goal_pddl(task_type, obj, parent)
+    keep = frozenset({obj, parent, TASK_APPLIANCE.get(task_type, parent)})
+    problem = render_problem(f"gen_{seed}", layout, goal)
+    return spec, task, problem, render_problem(f"gen_{seed}", layout, goal, keep)
 
 
 def generate_game(seed: int, task_type: TaskType | str, split: str = "train") -> GeneratedGame:
@@ -541,8 +574,8 @@ def generate_game(seed: int, task_type: TaskType | str, split: str = "train") ->
         raise ValueError(f"seed must be >= 0, got {seed}")
     for attempt in range(MAX_ATTEMPTS):
         rng = random.Random(_attempt_seed(seed, task_type, split, attempt))
-        spec, task, problem = _candidate(rng, task_type, split, seed)
-        walkthrough = solve(task, problem)
+        spec, task, problem, planning = _candidate(rng, task_type, split, seed)
+        walkthrough = solve(task, problem, planning)
         if walkthrough:
             return GeneratedGame(spec, f"trial_g{seed:06d}", task, problem, walkthrough, seed, split)
     raise GenerationError(f"no solvable {task_type.value} game for seed {seed} in {MAX_ATTEMPTS} attempts")
