@@ -1,10 +1,15 @@
 """HouseholdEnv: household text games as a Gymnasium environment, and the ReAct think wrapper.
 
 >>> import gymnasium as gym, sparse_react
->>> env = gym.make("sparse_react/Household-v0", games="valid_unseen")
+>>> env = gym.make("sparse_react/HouseholdReAct-v0", games="valid_unseen")
 >>> obs, info = env.reset(seed=0)
->>> info["admissible_commands"][:2]   # doctest: +SKIP
-['go to cabinet 1', 'go to cabinet 2']
+>>> obs.startswith("You are in the middle of a room")
+True
+>>> env.step("think: where would the target be?")[0]
+'OK.'
+>>> obs, reward, terminated, truncated, info = env.step(info["admissible_commands"][0])
+>>> reward, info["won"], info["steps"]
+(0.0, False, 2)
 """
 
 from __future__ import annotations

@@ -86,3 +86,16 @@ def test_malformed_problem_fails_to_load_with_its_name(tmp_path, valid_seen_game
     path.write_text(json.dumps(data))
     with pytest.raises(GameFileError, match="trial_bad"):
         Engine().load(path)
+
+
+def test_bundled_unseen_split_holds_out_rooms_and_combinations(bundled_unseen):
+    from sparse_react.games.generate import is_unseen_combo, is_unseen_scene
+
+    assert min(count_by_task(bundled_unseen).values()) >= 20
+    assert all(is_unseen_scene(g.spec.scene) and is_unseen_combo(g.spec) for g in bundled_unseen)
+    for split in ("train", "valid_seen"):
+        games = find_games(split)
+        assert min(count_by_task(games).values()) >= 10
+        assert not any(is_unseen_scene(g.spec.scene) or is_unseen_combo(g.spec) for g in games)
+    seen_rooms = {g.spec.scene for g in find_games("train")}
+    assert seen_rooms.isdisjoint({g.spec.scene for g in bundled_unseen})

@@ -55,19 +55,26 @@ def test_file_that_is_not_a_game_is_named(tmp_path):
     assert_user_error(cli("games", "show", str(folder / "game.tw-pddl")), "game.tw-pddl")
 
 
-def test_person_plays_and_wins(valid_seen_games):
-    game = valid_seen_games[0]
-    moves = "\n".join(["admissible", "dance wildly", *load_game_data(game.path)["walkthrough"]]) + "\n"
+def test_bundled_sets_are_listed():
+    result = cli("games", "list")
+    assert result.returncode == 0, result.stderr
+    assert "| valid_unseen | 20 | 20 | 20 | 20 | 20 | 20 | 120 |" in result.stdout
+
+
+def test_person_plays_and_wins(bundled_unseen):
+    game = bundled_unseen[0]
+    walkthrough = load_game_data(game.path)["walkthrough"]
+    moves = "\n".join(["admissible", "dance wildly", *walkthrough]) + "\n"
     result = cli("play", str(game.path), stdin=moves)
     assert result.returncode == 0, result.stderr
-    assert "go to desk 1" in result.stdout  # the admissible listing
+    assert walkthrough[0] in result.stdout.split("Nothing happens.")[0]  # the admissible listing
     assert "'dance wildly' is not an admissible command" in result.stdout
     assert "Nothing happens." in result.stdout
     assert "You won in" in result.stdout
 
 
-def test_play_ends_cleanly_on_end_of_input(valid_seen_games):
-    result = cli("play", str(valid_seen_games[0].path), stdin="look\n")
+def test_play_ends_cleanly_on_end_of_input(bundled_unseen):
+    result = cli("play", str(bundled_unseen[0].path), stdin="look\n")
     assert result.returncode == 0 and "without winning" in result.stdout
 
 

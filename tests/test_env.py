@@ -9,11 +9,20 @@ from gymnasium.utils.env_checker import check_env
 import sparse_react
 from sparse_react.env import THOUGHT_REPLY, HouseholdEnv, ThinkWrapper
 from sparse_react.policies.random_admissible import RandomPolicy
+from sparse_react.tasks import TaskType
 
 
 @pytest.fixture(scope="module")
-def few_games(valid_seen_games):
-    return valid_seen_games[::35]  # four games of different task types
+def few_games(bundled_unseen):
+    """Four bundled games of different task types (no ALFWorld data needed)."""
+    return [next(g for g in bundled_unseen if g.task_type is t) for t in list(TaskType)[:4]]
+
+
+def test_env_plays_real_alfworld_games_too(valid_seen_games):
+    env = gym.make(sparse_react.ENV_ID, games="alfworld:valid_seen", max_steps=5)
+    observation, info = env.reset(options={"game": valid_seen_games[0].path})
+    assert info["game_file"] == str(valid_seen_games[0].path)
+    assert observation.endswith(info["task"]) and info["task_type"] == "look_at_obj_in_light"
 
 
 @pytest.mark.filterwarnings("ignore:.*different from the unwrapped")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sparse_react.env import HouseholdEnv
+from sparse_react.games.catalog import BUNDLED_SPLITS, find_games
 from sparse_react.evaluate import evaluate, play_game, success_table
 from sparse_react.policies.expert import ExpertPolicy
 from sparse_react.policies.random_admissible import RandomPolicy
@@ -20,6 +21,19 @@ def _assert_all_won(results):
 def test_expert_wins_one_valid_seen_game_per_task_type(valid_seen_games):
     sample = [next(g for g in valid_seen_games if g.task_type is t) for t in TaskType]
     _assert_all_won(evaluate(sample, ExpertPolicy(), progress=False))
+
+
+def test_expert_wins_one_bundled_game_per_task_type(bundled_unseen):
+    sample = [next(g for g in bundled_unseen if g.task_type is t) for t in TaskType]
+    _assert_all_won(evaluate(sample, ExpertPolicy(), progress=False))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("split", BUNDLED_SPLITS)
+def test_expert_wins_every_bundled_game(split):
+    results = evaluate(find_games(split), ExpertPolicy(), progress=False)
+    _assert_all_won(results)
+    assert len(results) >= 60
 
 
 @pytest.mark.slow
