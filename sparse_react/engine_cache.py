@@ -1,7 +1,10 @@
-"""What the engine may compute once and reuse: parsed game logic and PDDL translations.
+"""What the engine may compute once and reuse: parsed game logic, PDDL translations, and the
+parses of the grammar's text templates and logic queries.
 
-Both are pure functions of their text inputs. The grammar of a game differs from the shared one
+All are pure functions of their text inputs. The grammar of a game differs from the shared one
 only in its task sentence, so the parse of everything else is shared by all games of a process.
+textworld re-parses the same few dozen template strings with TatSu on every step; a memoised
+parse hands out a deep copy, exactly what a fresh parse would have built.
 """
 
 from __future__ import annotations
@@ -56,8 +59,8 @@ class LogicCache:
 class TranslationCache:
     """Fast Downward's PDDL→SAS translation memoised by its inputs (LRU over `size` entries).
 
-    textworld's PDDL state calls `fast_downward.pddl2sas` through its module; `installed()`
-    stands this cache in for that module while the engine loads or resets, and restores it after.
+    textworld's PDDL state calls `fast_downward.pddl2sas` through its module, so this object
+    stands in for that module (everything but `pddl2sas` is passed through).
     """
 
     def __init__(self, size: int = 64) -> None:
@@ -85,13 +88,49 @@ class TranslationCache:
             self._memo.popitem(last=False)
         return result
 
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        import textworld.envs.pddl.logic as pddl_logic
 
-        previous = pddl_logic.fast_downward
-        pddl_logic.fast_downward = self
+
+class ParseCache:
+    """A memoised `_parse_and_convert` of one textworld module; callers get fresh deep copies."""
+
+    def __init__(self, parse: Any, size: int = 4096) -> None:
+        self._parse = parse
+        self._size = size
+        self._memo: dict[tuple, Any] = {}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        key = (args, tuple(sorted(kwargs.items())))
+        if key not in self._memo:
+            if len(self._memo) >= self._size:  # the grammar has far fewer strings: only a safety net
+                self._memo.clear()
+            self._memo[key] = self._parse(*args, **kwargs)
+        return copy.deepcopy(self._memo[key])
+
+
+class EngineCaches:
+    """The caches of one process, stood in for textworld's own functions while the engine runs."""
+
+    def __init__(self) -> None:
+        import textworld.envs.pddl.logic as pddl_logic
+        import textworld.envs.pddl.textgen as textgen
+        import textworld.logic as logic
+
+        self.logic = LogicCache()
+        self.translations = TranslationCache()
+        self._swaps = [
+            (pddl_logic, "fast_downward", self.translations),
+            (textgen, "_parse_and_convert", ParseCache(textgen._parse_and_convert)),
+            (logic, "_parse_and_convert", ParseCache(logic._parse_and_convert)),
+        ]
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """Swap the caches in for the duration of one engine call, then put textworld back."""
+        previous = [getattr(module, name) for module, name, _ in self._swaps]
+        for module, name, replacement in self._swaps:
+            setattr(module, name, replacement)
         try:
             yield
         finally:
-            pddl_logic.fast_downward = previous
+            for (module, name, _), original in zip(self._swaps, previous):
+                setattr(module, name, original)

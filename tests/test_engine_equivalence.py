@@ -10,11 +10,12 @@ from alfworld.agents.utils.misc import Demangler
 from textworld.envs.pddl import PddlEnv
 
 from sparse_react.engine import Engine
+from sparse_react.games.files import load_game_data
 
 
 def _plain_rollout(path, seed, steps):
     env = PddlEnv(textworld.EnvInfos(admissible_commands=True, won=True))
-    env.load(str(path))
+    env.load(load_game_data(path))  # the same mapping, loaded the plain way
     demangler = Demangler(game_infos=env._entity_infos)
     for info in env._entity_infos.values():
         info.name = demangler.demangle_alfred_name(info.id)
@@ -39,12 +40,23 @@ def _play(reset, step, view, seed, steps):
     return trace
 
 
-@pytest.mark.parametrize("index", [3, 47, 100])
-def test_engine_matches_plain_textworld_on_random_play(valid_seen_games, index):
-    game = valid_seen_games[index]
+def _check_same_games(games, steps=50):
     engine = Engine()
-    expected = _plain_rollout(game.path, seed=index, steps=25)
-    assert _engine_rollout(engine, game.path, seed=index, steps=25) == expected
-    # a second reset (translations now cached) and another game in between change nothing either
-    _engine_rollout(engine, valid_seen_games[index + 1].path, seed=0, steps=3)
-    assert _engine_rollout(engine, game.path, seed=index, steps=25) == expected
+    for seed, game in enumerate(games):
+        expected = _plain_rollout(game.path, seed=seed, steps=steps)
+        assert _engine_rollout(engine, game.path, seed=seed, steps=steps) == expected, game.name
+        # a repeated reset (everything now cached) changes nothing either
+        assert _engine_rollout(engine, game.path, seed=seed, steps=steps) == expected, game.name
+
+
+def test_engine_matches_plain_textworld_on_alfworld_games(valid_seen_games):
+    _check_same_games(valid_seen_games[3::47])
+
+
+def test_engine_matches_plain_textworld_on_bundled_games(bundled_unseen):
+    _check_same_games(bundled_unseen[::40])
+
+
+@pytest.mark.slow
+def test_engine_matches_plain_textworld_on_many_games(valid_seen_games, bundled_unseen):
+    _check_same_games(valid_seen_games[::7] + bundled_unseen[5::10])
