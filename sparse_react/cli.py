@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -16,9 +17,45 @@ app = typer.Typer(help="ReAct agents on ALFWorld-style household games.", pretty
                   no_args_is_help=True, add_completion=False)
 games_app = typer.Typer(help="List, show and generate household games.", no_args_is_help=True)
 app.add_typer(games_app, name="games")
+cache_app = typer.Typer(help="The engine's disk cache of PDDL translations.", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
 
 USER_ERRORS = (GameSetError, GameFileError, UnknownTaskError)
 POLICIES = ("expert", "random")
+
+
+@app.callback()
+def _options(
+    no_disk_cache: bool = typer.Option(False, "--no-disk-cache", help="Neither read nor write the disk cache."),
+    plain_engine: bool = typer.Option(False, "--plain-engine", help="Run textworld's plain engine path (no speed-ups)."),
+) -> None:
+    # Environment variables, so worker processes started later see the same choice.
+    if no_disk_cache:
+        os.environ["SPARSE_REACT_DISK_CACHE"] = "0"
+    if plain_engine:
+        os.environ["SPARSE_REACT_PLAIN_ENGINE"] = "1"
+
+
+@cache_app.command("info")
+def cache_info() -> None:
+    """Where the disk cache is, whether it is used, and what it holds."""
+    from sparse_react.disk_cache import DiskCache, disk_cache_enabled, engine_versions
+    from sparse_react.engine import speedups_verified
+
+    cache = DiskCache()
+    entries = cache.entries()
+    size = sum(p.stat().st_size for p in entries)
+    typer.echo(f"folder:    {cache.folder}\nenabled:   {disk_cache_enabled()}\nspeed-ups: {speedups_verified()}")
+    typer.echo(f"entries:   {len(entries)} ({size / 1e6:.1f} MB)\nversions:  {engine_versions()}")
+
+
+@cache_app.command("clear")
+def cache_clear() -> None:
+    """Delete every entry of the disk cache."""
+    from sparse_react.disk_cache import DiskCache
+
+    cache = DiskCache()
+    typer.echo(f"removed {cache.clear()} entries from {cache.folder}")
 
 
 def _task_types(text: Optional[str]) -> Optional[list[TaskType]]:

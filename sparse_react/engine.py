@@ -6,10 +6,15 @@ state), so parallel play uses processes.
 
 from __future__ import annotations
 
+import os
+import warnings
 from dataclasses import dataclass
+from functools import lru_cache
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from sparse_react.disk_cache import DiskCache, disk_cache_enabled
 from sparse_react.engine_cache import EngineCaches
 from sparse_react.games.files import GameFileError, load_game_data
 
@@ -26,17 +31,40 @@ class GameState:
     won: bool
 
 
+# The speed-ups replace textworld internals; they were checked game-for-game on these versions.
+VERIFIED_ENGINE = {"textworld": "1.7.0", "fast-downward-textworld": "20.6.4"}
+
 _CACHES: EngineCaches | None = None
 
 
 def _caches() -> EngineCaches:
     global _CACHES
     if _CACHES is None:
-        _CACHES = EngineCaches()
+        _CACHES = EngineCaches(disk=DiskCache() if disk_cache_enabled() else None)
     return _CACHES
 
 
-def _pddl_env_class() -> type:
+@lru_cache(maxsize=1)
+def speedups_verified() -> bool:
+    """True when the installed engine packages are the versions the speed-ups were verified on.
+
+    Otherwise warns once and the engine runs textworld's plain path. SPARSE_REACT_PLAIN_ENGINE=1
+    asks for the plain path too.
+    """
+    if os.environ.get("SPARSE_REACT_PLAIN_ENGINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    found = {name: metadata.version(name) for name in VERIFIED_ENGINE}
+    if found != VERIFIED_ENGINE:
+        warnings.warn(
+            f"sparse_react: engine speed-ups were verified on {VERIFIED_ENGINE}, found {found}; "
+            "using textworld's plain (slower) path",
+            stacklevel=2,
+        )
+        return False
+    return True
+
+
+def _fast_pddl_env_class() -> type:
     from textworld.envs.pddl import PddlEnv
     from textworld.envs.pddl.logic import PddlState
 
@@ -67,16 +95,19 @@ def _pddl_env_class() -> type:
 class Engine:
     """Loads, resets and steps one household game with textworld's PDDL engine.
 
-    The domain and grammar are parsed once per process, PDDL translations and text-template
-    parses are reused (engine_cache.py), so a new game loads about twice as fast as with a plain
-    textworld PddlEnv, a repeated reset costs a fraction of a load, and a step is several times
-    cheaper.
+    The domain and grammar are parsed once per process, PDDL translations (also on disk, see
+    disk_cache.py) and text-template parses are reused (engine_cache.py), so a new game loads
+    about twice as fast as with a plain textworld PddlEnv, a repeated reset costs a fraction of
+    a load, and a step is several times cheaper. `fast=False` runs textworld's plain path.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, fast: bool | None = None) -> None:
         import textworld
+        from textworld.envs.pddl import PddlEnv
 
-        self._env = _pddl_env_class()(textworld.EnvInfos(admissible_commands=True, won=True))
+        self.fast = speedups_verified() if fast is None else fast
+        env_class = _fast_pddl_env_class() if self.fast else PddlEnv
+        self._env = env_class(textworld.EnvInfos(admissible_commands=True, won=True))
         self.game_file: Path | None = None
         self.walkthrough: list[str] = []
         self._history: list[str] = []

@@ -17,6 +17,8 @@ import re
 from collections import OrderedDict
 from typing import Any, Iterator
 
+from sparse_react.disk_cache import DiskCache
+
 TASK_RULE = re.compile(r'("task"\s*:\s*\[\s*\{\s*"rhs"\s*:\s*)"((?:[^"\\]|\\.)*)"')
 TASK_SLOT = "__SPARSE_REACT_TASK__"
 
@@ -57,18 +59,20 @@ class LogicCache:
 
 
 class TranslationCache:
-    """Fast Downward's PDDL→SAS translation memoised by its inputs (LRU over `size` entries).
+    """Fast Downward's PDDL→SAS translation memoised by its inputs: in memory (LRU over `size`
+    entries) and, when given a DiskCache, on disk across processes.
 
     textworld's PDDL state calls `fast_downward.pddl2sas` through its module, so this object
     stands in for that module (everything but `pddl2sas` is passed through).
     """
 
-    def __init__(self, size: int = 64) -> None:
+    def __init__(self, size: int = 64, disk: DiskCache | None = None) -> None:
         import fast_downward
 
         self._module = fast_downward
         self._size = size
         self._memo: OrderedDict[str, Any] = OrderedDict()
+        self.disk = disk
         self.hits = 0
         self.misses = 0
 
@@ -82,7 +86,12 @@ class TranslationCache:
             self._memo.move_to_end(key)
             return self._memo[key]
         self.misses += 1
-        result = self._module.pddl2sas(domain, problem, verbose=verbose, optimize=optimize)
+        disk_key = self.disk.key(domain, problem, str(bool(optimize))) if self.disk else ""
+        result = self.disk.get(disk_key) if self.disk else None
+        if result is None:
+            result = self._module.pddl2sas(domain, problem, verbose=verbose, optimize=optimize)
+            if self.disk:
+                self.disk.put(disk_key, result)
         self._memo[key] = result
         if len(self._memo) > self._size:
             self._memo.popitem(last=False)
@@ -107,19 +116,32 @@ class ParseCache:
         return copy.deepcopy(self._memo[key])
 
 
+def shallow_copy_context(context: dict[str, Any]) -> dict[str, Any]:
+    """textgen's copy_context without deep copies: derivations only read the entities and
+    variables they are given and replace (never mutate) those mappings' values."""
+    return {
+        "state": context["state"],
+        "facts": context["facts"],
+        "variables": dict(context["variables"]),
+        "mapping": dict(context["mapping"]),
+        "entity_infos": context["entity_infos"],
+    }
+
+
 class EngineCaches:
     """The caches of one process, stood in for textworld's own functions while the engine runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, disk: DiskCache | None = None) -> None:
         import textworld.envs.pddl.logic as pddl_logic
         import textworld.envs.pddl.textgen as textgen
         import textworld.logic as logic
 
         self.logic = LogicCache()
-        self.translations = TranslationCache()
+        self.translations = TranslationCache(disk=disk)
         self._swaps = [
             (pddl_logic, "fast_downward", self.translations),
             (textgen, "_parse_and_convert", ParseCache(textgen._parse_and_convert)),
+            (textgen, "copy_context", shallow_copy_context),
             (logic, "_parse_and_convert", ParseCache(logic._parse_and_convert)),
         ]
 
