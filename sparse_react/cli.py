@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 import typer
 
 from sparse_react.games.catalog import BUNDLED_SPLITS, GameSetError, count_by_task, find_games
 from sparse_react.games.files import GameFileError
+from sparse_react.policies import PolicyError
+from sparse_react.prompts import PromptError
+from sparse_react.rhythms import RhythmError
+from sparse_react.trajectory import RecordError
 from sparse_react.tasks import TaskType, UnknownTaskError
 
 app = typer.Typer(help="ReAct agents on ALFWorld-style household games.", pretty_exceptions_enable=False,
@@ -20,8 +24,7 @@ app.add_typer(games_app, name="games")
 cache_app = typer.Typer(help="The engine's disk cache of PDDL translations.", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
 
-USER_ERRORS = (GameSetError, GameFileError, UnknownTaskError)
-POLICIES = ("expert", "random")
+USER_ERRORS = (GameSetError, GameFileError, UnknownTaskError, PolicyError, RhythmError, PromptError, RecordError)
 
 
 @app.callback()
@@ -140,29 +143,103 @@ def play(game: str = typer.Argument(..., help="A game file or a game set."),
     typer.echo(f"You won in {info['steps']} steps." if info["won"] else f"Out of steps ({max_steps}): not won.")
 
 
+@app.command()
+def run(
+    game: str = typer.Argument(..., help="A game file or a game set."),
+    index: int = typer.Option(0, help="Which game of the set."),
+    rhythm: str = typer.Option("sparse", help="sparse, dense, im or act."),
+    policy: str = typer.Option("expert", help="expert, random or scripted:FILE (one line per turn)."),
+    variant: int = typer.Option(0, help="Prompt variant 0-5 (which two examples, in which order)."),
+    max_steps: int = typer.Option(50, help="Step budget (thoughts count)."),
+    seed: int = typer.Option(0, help="Seed of the random policy."),
+    out: Path = typer.Option(Path("runs/run.jsonl"), help="Episode record (JSON lines, appended)."),
+) -> None:
+    """Play one game with a policy in a rhythm, printing the trajectory as it happens."""
+    from sparse_react.agent import LoopRules, run_episode
+    from sparse_react.env import HouseholdEnv
+    from sparse_react.policies import make_policy
+    from sparse_react.rhythms import get_rhythm
+    from sparse_react.trajectory import append_episode
+
+    refs = find_games(game)
+    if not 0 <= index < len(refs):
+        raise GameSetError(f"index {index} is out of range: {game} holds {len(refs)} games")
+    chosen, rule = make_policy(policy, seed), get_rhythm(rhythm)
+    env = HouseholdEnv(refs)
+    typer.echo(typer.style(f"{refs[index].name} · {rule.name} · {chosen.name}", bold=True))
+    episode = run_episode(env, chosen, refs[index], rule, variant, LoopRules(max_steps=max_steps), on_entry=_print_entry)
+    append_episode(out, episode)
+    verdict = "WON" if episode.won else f"FAILED ({episode.failure.value})"
+    typer.echo(typer.style(f"{verdict} in {len(episode.entries)} steps: {len(episode.actions)} actions, "
+                           f"{len(episode.thoughts)} thoughts; record appended to {out}", bold=True))
+    if episode.error:
+        typer.echo(f"error: {episode.error}", err=True)
+
+
+def _print_entry(entry) -> None:
+    if entry.kind.value == "thought":
+        typer.echo(typer.style(f"  think: {entry.text}", fg="cyan", italic=True))
+    else:
+        typer.echo(typer.style(f"> {entry.text}", bold=True) + f"\n{entry.observation}")
+
+
+@app.command()
+def resume(
+    record: Path = typer.Argument(..., help="An episode record file (JSON lines)."),
+    episode: int = typer.Option(..., help="Which episode of the file (0-based)."),
+    edit: Tuple[int, str] = typer.Option((0, ""), help="STEP THOUGHT: replace the thought at STEP (1-based)."),
+    insert: Tuple[int, str] = typer.Option((0, ""), help="STEP THOUGHT: insert a thought before STEP."),
+    policy: Optional[str] = typer.Option(None, help="Who carries on (default: the recorded policy)."),
+    seed: int = typer.Option(0, help="Seed of the random policy."),
+    out: Optional[Path] = typer.Option(None, help="Where to append the resumed episode (default: RECORD)."),
+) -> None:
+    """Edit (or insert) one thought of a recorded episode, replay up to it, and let the policy go on."""
+    from sparse_react.policies import make_policy
+    from sparse_react.resume import resume as resume_episode
+    from sparse_react.trajectory import append_episode, read_episodes
+
+    if bool(edit[0]) == bool(insert[0]):
+        raise RecordError("give exactly one of --edit STEP THOUGHT or --insert STEP THOUGHT")
+    step, thought = edit if edit[0] else insert
+    episodes = read_episodes(record)
+    if not 0 <= episode < len(episodes):
+        raise RecordError(f"episode {episode} is out of range: {record} holds {len(episodes)} episodes")
+    chosen = make_policy(policy or episodes[episode].policy, seed)
+    new, mismatches = resume_episode(record, episode, step, thought, chosen, insert=bool(insert[0]))
+    for entry in new.entries:
+        _print_entry(entry)
+    if mismatches:
+        typer.echo(f"warning: replayed observations differ from the record at steps {mismatches}", err=True)
+    append_episode(out or record, new)
+    verdict = "WON" if new.won else f"FAILED ({new.failure.value})"
+    typer.echo(typer.style(f"{verdict} in {len(new.entries)} steps; appended to {out or record}", bold=True))
+
+
 @app.command("eval")
 def eval_(
     games: str = typer.Option("valid_unseen", help="Game set: bundled split, alfworld:<split>, folder or file."),
-    policy: str = typer.Option("expert", help=f"One of {', '.join(POLICIES)}."),
+    policy: str = typer.Option("expert", help="expert, random or scripted:FILE."),
+    rhythm: str = typer.Option("act", help="sparse, dense, im or act."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N games."),
     task_types: Optional[str] = typer.Option(None, help="Comma-separated task types."),
     max_steps: int = typer.Option(50, help="Step budget per episode."),
     seed: int = typer.Option(0, help="Seed of the random policy."),
+    out: Optional[Path] = typer.Option(None, help="Append episode records to this JSONL file."),
 ) -> None:
     """Play every game of a set once and print the success table by task type."""
+    from sparse_react.agent import LoopRules
     from sparse_react.evaluate import evaluate, success_table
-    from sparse_react.policies.expert import ExpertPolicy
-    from sparse_react.policies.random_admissible import RandomPolicy
+    from sparse_react.policies import make_policy
+    from sparse_react.rhythms import get_rhythm
 
-    if policy not in POLICIES:
-        raise GameSetError(f"unknown policy {policy!r}: one of {', '.join(POLICIES)}")
+    rule = get_rhythm(rhythm)
+    chosen = make_policy(policy, seed)
     refs = find_games(games, _task_types(task_types))[:limit]
-    chosen = ExpertPolicy() if policy == "expert" else RandomPolicy(seed)
-    results = evaluate(refs, chosen, max_steps=max_steps)
-    typer.echo(success_table(results, label=policy))
-    for result in results:
-        if result.error:
-            typer.echo(f"error in {result.game}: {result.error}", err=True)
+    episodes = evaluate(refs, chosen, rule.name, rules=LoopRules(max_steps=max_steps), out=str(out) if out else None)
+    typer.echo(success_table(episodes, label=f"{chosen.name} ({rule.name})"))
+    for episode in episodes:
+        if episode.error:
+            typer.echo(f"error in {episode.settings['game_name']}: {episode.error}", err=True)
 
 
 def main() -> None:

@@ -2,63 +2,38 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from tqdm import tqdm
 
-from sparse_react.env import DEFAULT_MAX_STEPS, HouseholdEnv
+from sparse_react.agent import LoopRules, Policy, run_episode
+from sparse_react.env import HouseholdEnv
 from sparse_react.games.catalog import GameRef
-from sparse_react.policies import Policy
 from sparse_react.tasks import TaskType
+from sparse_react.trajectory import Episode, append_episode
 
 
-@dataclass(frozen=True)
-class GameResult:
-    """How one episode of one game ended. `won` is what the game said, nothing else."""
-
-    game: str
-    task_type: TaskType
-    won: bool
-    steps: int
-    error: str | None = None
-
-
-def play_game(env: HouseholdEnv, policy: Policy, game: GameRef) -> GameResult:
-    """Play one episode of `game` with `policy` until a win, the step budget, or an error."""
-    observation, info = env.reset(options={"game": game})
-    policy.reset(env)
-    done, won = info["won"], info["won"]
-    try:
-        while not done:
-            command = policy.next_line(observation, info["admissible_commands"])
-            observation, _, terminated, truncated, info = env.step(command)
-            won, done = bool(info["won"]), terminated or truncated
-    except Exception as exc:  # a policy or engine failure ends this episode only
-        return GameResult(game.name, game.task_type, False, env.steps_used, f"{type(exc).__name__}: {exc}")
-    return GameResult(game.name, game.task_type, won, env.steps_used)
-
-
-def evaluate(
-    games: Sequence[GameRef], policy: Policy, max_steps: int = DEFAULT_MAX_STEPS, progress: bool = True
-) -> list[GameResult]:
-    """Play every game once, in order, and return one result per game."""
-    env = HouseholdEnv(list(games), max_steps=max_steps)
-    results: list[GameResult] = []
-    bar = tqdm(games, desc=policy.name, unit="game", disable=not progress)
+def evaluate(games: Sequence[GameRef], policy: Policy, rhythm: str = "act", variant: int = 0,
+             rules: LoopRules = LoopRules(), out: str | None = None, progress: bool = True) -> list[Episode]:
+    """Play every game once, in order; append each episode to `out` (JSONL) as it finishes."""
+    env = HouseholdEnv(list(games), max_steps=rules.max_steps)
+    episodes: list[Episode] = []
+    bar = tqdm(games, desc=f"{policy.name}/{rhythm}", unit="game", disable=not progress)
     for game in bar:
-        results.append(play_game(env, policy, game))
-        bar.set_postfix(success=f"{sum(r.won for r in results) / len(results):.0%}")
-    return results
+        episodes.append(run_episode(env, policy, game, rhythm, variant, rules))
+        if out:
+            append_episode(out, episodes[-1])
+        bar.set_postfix(success=f"{sum(e.won for e in episodes) / len(episodes):.0%}")
+    return episodes
 
 
-def success_table(results: Iterable[GameResult], label: str = "success") -> str:
+def success_table(episodes: Iterable[Episode], label: str = "success") -> str:
     """A Markdown table: wins/games and percentage per task type (Pick ... Pick2) and All."""
-    results = list(results)
+    episodes = list(episodes)
     header = ["", *(t.column for t in TaskType), "All"]
     cells = [label]
-    for group in [*([r for r in results if r.task_type is t] for t in TaskType), results]:
-        wins = sum(r.won for r in group)
+    for group in [*([e for e in episodes if e.task_type == t.value] for t in TaskType), episodes]:
+        wins = sum(e.won for e in group)
         cells.append(f"{wins}/{len(group)} ({wins / len(group):.0%})" if group else "–")
     rows = [header, ["---"] * len(header), cells]
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)

@@ -99,3 +99,13 @@ def test_bundled_unseen_split_holds_out_rooms_and_combinations(bundled_unseen):
         assert not any(is_unseen_scene(g.spec.scene) or is_unseen_combo(g.spec) for g in games)
     seen_rooms = {g.spec.scene for g in find_games("train")}
     assert seen_rooms.isdisjoint({g.spec.scene for g in bundled_unseen})
+
+
+def test_bundled_games_are_what_the_documented_commands_make(tmp_path):
+    from sparse_react.games.catalog import bundled_games_dir
+    from sparse_react.games.generate import generate_games, write_game
+
+    for game in generate_games(3, 3, split="valid_unseen"):  # games/README.md: --seed 3 for valid_unseen
+        made = write_game(game, tmp_path)
+        bundled = bundled_games_dir() / "valid_unseen" / made.relative_to(tmp_path)
+        assert made.read_bytes() == bundled.read_bytes(), bundled

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
+from sparse_react.agent import Context, LoopRules, run_episode
 from sparse_react.env import HouseholdEnv
+from sparse_react.evaluate import evaluate, success_table
 from sparse_react.games.catalog import BUNDLED_SPLITS, find_games
-from sparse_react.evaluate import evaluate, play_game, success_table
 from sparse_react.policies.expert import ExpertPolicy
 from sparse_react.policies.random_admissible import RandomPolicy
+from sparse_react.rhythms import get_rhythm
 from sparse_react.tasks import TaskType
+from sparse_react.trajectory import Failure
 
 
-def _assert_all_won(results):
-    lost = [(r.game, r.steps, r.error) for r in results if not r.won]
+def _assert_all_won(episodes):
+    lost = [(e.game, len(e.entries), e.failure, e.error) for e in episodes if not e.won]
     assert not lost, lost
-    assert all(r.steps <= 50 for r in results)
+    assert all(len(e.actions) <= 50 for e in episodes)
 
 
 def test_expert_wins_one_valid_seen_game_per_task_type(valid_seen_games):
@@ -31,17 +36,17 @@ def test_expert_wins_one_bundled_game_per_task_type(bundled_unseen):
 @pytest.mark.slow
 @pytest.mark.parametrize("split", BUNDLED_SPLITS)
 def test_expert_wins_every_bundled_game(split):
-    results = evaluate(find_games(split), ExpertPolicy(), progress=False)
-    _assert_all_won(results)
-    assert len(results) >= 60
+    episodes = evaluate(find_games(split), ExpertPolicy(), progress=False)
+    _assert_all_won(episodes)
+    assert len(episodes) >= 60
 
 
 @pytest.mark.slow
 def test_expert_wins_every_valid_seen_game(valid_seen_games):
-    results = evaluate(valid_seen_games, ExpertPolicy(), progress=False)
-    assert len(results) == 140
-    _assert_all_won(results)
-    assert "140/140 (100%)" in success_table(results)
+    episodes = evaluate(valid_seen_games, ExpertPolicy(), progress=False)
+    assert len(episodes) == 140
+    _assert_all_won(episodes)
+    assert "140/140 (100%)" in success_table(episodes)
 
 
 @pytest.mark.parametrize("index", [0, 60, 120])
@@ -49,21 +54,22 @@ def test_expert_recovers_after_random_play(valid_seen_games, index):
     game = valid_seen_games[::7][index // 7]
     env = HouseholdEnv([game], max_steps=50)
     observation, info = env.reset(options={"game": game})
-    wanderer = RandomPolicy(seed=index)
-    wanderer.reset(env)
+    rng = random.Random(index)
     for _ in range(6):  # leave the solution path: random admissible commands
-        observation, _, terminated, _, info = env.step(wanderer.next_line(observation, info["admissible_commands"]))
+        observation, _, terminated, _, info = env.step(rng.choice(info["admissible_commands"]))
         if terminated:
             break
     expert = ExpertPolicy()
-    expert.reset(env)
+    context = Context(get_rhythm("act"), game.task_type, info["task"], "")
+    expert.start(env, context)
     while not info["won"] and env.steps_used < 50:
-        observation, _, _, _, info = env.step(expert.next_line(observation, info["admissible_commands"]))
+        command = expert.next_line(context, info["admissible_commands"])
+        observation, _, _, _, info = env.step(command)
+        context.append(command, observation)
     assert info["won"], f"expert did not recover in {game.name}"
 
 
-def test_a_budget_ending_is_a_failure(valid_seen_games):
-    game = valid_seen_games[0]
-    env = HouseholdEnv([game], max_steps=1)
-    result = play_game(env, RandomPolicy(seed=1), game)
-    assert result.won is False and result.steps == 1
+def test_a_budget_ending_is_a_failure(bundled_unseen):
+    env = HouseholdEnv(bundled_unseen, max_steps=1)
+    episode = run_episode(env, RandomPolicy(seed=1), bundled_unseen[0], "act", rules=LoopRules(max_steps=1))
+    assert episode.won is False and episode.failure is Failure.BUDGET and len(episode.entries) == 1

@@ -1,19 +1,26 @@
-"""Policies: what decides the next line of an episode."""
+"""Policies: what writes the next line of an episode. Each follows `sparse_react.agent.Policy`."""
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from pathlib import Path
 
-from sparse_react.env import HouseholdEnv
+POLICY_NAMES = ("expert", "random", "scripted:FILE")
 
 
-class Policy(Protocol):
-    """Chooses the next line, given the latest observation and the admissible commands."""
+class PolicyError(ValueError):
+    """An unknown policy name or an unusable policy file; the message names it."""
 
-    name: str
 
-    def reset(self, env: HouseholdEnv) -> None:
-        """Called once at the start of each episode with the (unwrapped) environment."""
+def make_policy(spec: str, seed: int = 0):
+    """A policy from its command-line name: `expert`, `random` or `scripted:FILE` (one line per turn)."""
+    from sparse_react.policies.expert import ExpertPolicy
+    from sparse_react.policies.random_admissible import RandomPolicy
+    from sparse_react.policies.scripted import ScriptedPolicy
 
-    def next_line(self, observation: str, admissible: Sequence[str]) -> str:
-        """The next command (or `think: ...` line)."""
+    if spec == "expert":
+        return ExpertPolicy()
+    if spec == "random":
+        return RandomPolicy(seed)
+    if spec.startswith("scripted:"):
+        return ScriptedPolicy.from_file(Path(spec.split(":", 1)[1]))
+    raise PolicyError(f"unknown policy {spec!r}; one of {', '.join(POLICY_NAMES)}")

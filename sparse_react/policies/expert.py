@@ -1,34 +1,88 @@
-"""The expert: replans with the PDDL planner from the current state on every turn."""
+"""The expert: the planner's next command, with thoughts in the chosen rhythm's style.
+
+It replans from wherever the game is (following the stored solution while it is on it), so it
+recovers from any reachable state and control can be handed to it mid-episode. Its thoughts are
+written from the task and the plan:
+
+- sparse: at the start (goal decomposition and where to look), when a subgoal is done and the
+  next one is chosen, when the search for an object starts, and after a surprise;
+- dense: before every action (the sparse thought where there is one, otherwise why this action);
+- im: before every action, only the goal decomposition and the current subgoal;
+- act: none.
+"""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Sequence
 
+from sparse_react.engine import NOTHING_HAPPENS
 from sparse_react.env import HouseholdEnv
+from sparse_react.tasks import TaskType
+from sparse_react.trajectory import Kind
+
+TRANSFORM = {TaskType.CLEAN: ("clean", "clean", "sinkbasin"), TaskType.HEAT: ("heat", "hot", "microwave"),
+             TaskType.COOL: ("cool", "cool", "fridge")}
+
+
+TRANSFORM_VERBS = ("clean", "heat", "cool")
 
 
 class ExpertError(RuntimeError):
     """The planner found no way to win from the current state."""
 
 
-class ExpertPolicy:
-    """Sends the first command of an optimal plan from wherever the game now is.
+@dataclass
+class Progress:
+    """Which subgoals of the task are done, read off the commands sent so far."""
 
-    Because it replans every turn it recovers from any reachable state, so control can be
-    handed to it mid-episode.
-    """
+    taken: int = 0
+    holding: bool = False
+    transformed: bool = False
+    placed: int = 0
+    lamp_on: bool = False
+
+
+class ExpertPolicy:
+    """The planner's commands, with thoughts where the context's rhythm asks for them."""
 
     name = "expert"
+    last_mode = "expert"
 
     def __init__(self) -> None:
         self._env: HouseholdEnv | None = None
+        self._progress = Progress()
+        self._phase = ""
+        self._thought_for: str | None = None  # the action the last thought was about
 
-    def reset(self, env: HouseholdEnv) -> None:
+    def start(self, env: HouseholdEnv, context) -> None:
         self._env = env
+        self._progress = Progress()
+        self._phase = ""
+        self._thought_for = None
+        spec = env.game.spec
+        self._obj = spec.obj.lower()
+        self._target = spec.parent.lower()
+        self._task_type = spec.task_type
+        self._places = _likely_places(context.last_observation, spec.obj)
 
-    def next_line(self, observation: str, admissible: Sequence[str]) -> str:
+    def next_line(self, context, admissible: Sequence[str]) -> str:
         if self._env is None:
-            raise RuntimeError("ExpertPolicy.reset(env) must be called before next_line")
+            raise RuntimeError("ExpertPolicy.start(env, context) must be called before next_line")
+        self._progress = _progress_of(context.turns)
+        command = self.plan_next(admissible)
+        thought = self._thought(context, command) if Kind.THOUGHT in context.allowed else None
+        if thought and self._thought_for != command:
+            self._thought_for = command
+            return "think: " + thought
+        if Kind.ACTION not in context.allowed:
+            raise ExpertError(f"rhythm {context.rhythm.name!r} wants a thought the expert has none for")
+        self._thought_for = None
+        return command
+
+    def plan_next(self, admissible: Sequence[str]) -> str:
+        """The first command of a winning plan from the current state."""
         plan = self._env.expert_plan()
         game = self._env.game.path if self._env.game else "?"
         if not plan:
@@ -36,3 +90,109 @@ class ExpertPolicy:
         if plan[0] not in admissible:
             raise ExpertError(f"the planner's command {plan[0]!r} is not admissible in {game}")
         return plan[0]
+
+    # -- thoughts ---------------------------------------------------------------------------
+    def _thought(self, context, command: str) -> str | None:
+        phase = self._current_phase()
+        rhythm = context.rhythm.name
+        if rhythm == "im":
+            return f"Goal: {self._decomposition()}. Current subgoal: {phase}."
+        key = self._key_moment(context, phase)
+        if rhythm == "sparse":
+            return key
+        if rhythm == "dense":
+            return key or self._why(command)
+        return None
+
+    def _key_moment(self, context, phase: str) -> str | None:
+        """The sparse thought due before the next action, if this is a key moment."""
+        surprise = context.turns and context.turns[-1][1] == NOTHING_HAPPENS
+        changed, self._phase = phase != self._phase, phase
+        if not context.turns:
+            return f"To solve this I need to {self._decomposition()}. First, {self._search()}"
+        if surprise:
+            return f"That did nothing. I still need to {phase}; I'll try another way."
+        if not changed:
+            return None
+        p = self._progress
+        if phase.startswith("find"):
+            return f"One {self._obj} is in place. Now I need a second one: {self._search()}"
+        if phase.startswith("turn on"):
+            return f"I have the {self._obj}. Next I need a lamp to look at it under; it is probably on a desk or a sidetable."
+        if phase.startswith("put") and p.transformed:
+            return f"The {self._obj} is {TRANSFORM[self._task_type][1]} now. Next, I put it in/on the {self._target}."
+        if phase.startswith("put"):
+            return f"Now I have the {self._obj}. Next, I put it in/on the {self._target}."
+        verb, _, tool = TRANSFORM.get(self._task_type, ("", "", ""))
+        return f"Now I have the {self._obj}. Next, I {verb} it with the {tool}."
+
+    def _why(self, command: str) -> str:
+        verb, _, rest = command.partition(" ")
+        place = command.rpartition(" to ")[2]
+        reasons = {
+            "go": f"I'll go to the {place} to {self._phase}.",
+            "open": f"The {rest} is closed; I'll open it.",
+            "take": f"There is the {self._obj}; I'll take it.",
+            "move": f"I'm at the {place}; I'll put the {self._obj} there.",
+            "use": f"I'll turn on the {rest} to look at the {self._obj}.",
+            **{v: f"The {rest.rpartition(' with ')[2]} is here; I'll {v} the {self._obj} with it." for v in TRANSFORM_VERBS},
+        }
+        return reasons.get(verb, f"I'll {command} to {self._phase}.")
+
+    def _decomposition(self) -> str:
+        o, t = self._obj, self._target
+        if self._task_type is TaskType.LOOK:
+            return f"find {_a(o)}, take it, and look at it under the {t}"
+        if self._task_type is TaskType.PICK_TWO:
+            return f"find two {o}s and put both in/on the {t}"
+        if self._task_type in TRANSFORM:
+            verb, _, tool = TRANSFORM[self._task_type]
+            return f"find {_a(o)}, take it, {verb} it with the {tool}, and put it in/on the {t}"
+        return f"find {_a(o)}, take it, and put it in/on the {t}"
+
+    def _search(self) -> str:
+        if not self._places:
+            return f"I need to find {_a(self._obj)}."
+        return f"{_a(self._obj)} is most likely in or on {', '.join(map(_a, self._places))}."
+
+    def _current_phase(self) -> str:
+        p, o, t = self._progress, self._obj, self._target
+        if self._task_type is TaskType.LOOK:
+            return f"find and take {_a(o)}" if not p.holding else f"turn on the {t}"
+        if not p.holding:
+            return f"find and take a second {o}" if p.placed else f"find and take {_a(o)}"
+        if self._task_type in TRANSFORM and not p.transformed:
+            verb, _, tool = TRANSFORM[self._task_type]
+            return f"{verb} the {o} with the {tool}"
+        return f"put the {o} in/on the {t}"
+
+
+def _progress_of(turns: Sequence[tuple[str, str]]) -> Progress:
+    """Subgoals done, read off every command that did something (works mid-episode too)."""
+    p = Progress()
+    for command, observation in turns:
+        verb = command.split(" ", 1)[0]
+        if observation == NOTHING_HAPPENS or verb == "think:":
+            continue
+        if verb == "take":
+            p.taken, p.holding = p.taken + 1, True
+        elif verb == "move":
+            p.placed, p.holding = p.placed + 1, False
+        elif verb in TRANSFORM_VERBS:
+            p.transformed = True
+        elif verb == "use":
+            p.lamp_on = True
+    return p
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
+def _likely_places(observation: str, obj_type: str) -> list[str]:
+    """Receptacle kinds in view that can hold this object type, by alfworld's placement rules."""
+    from alfworld.gen.constants import VAL_RECEPTACLE_OBJECTS
+
+    holds = {rtype.lower(): objs for rtype, objs in VAL_RECEPTACLE_OBJECTS.items()}
+    seen = dict.fromkeys(re.findall(r"an? ([a-z]+) \d+", observation.partition("Your task is to:")[0]))
+    return [kind for kind in seen if obj_type in holds.get(kind, ())][:4]

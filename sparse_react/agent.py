@@ -1,0 +1,137 @@
+"""The ReAct agent loop: a policy writes one line per turn, a thought or an action, until the game
+is won, the budget is spent, the agent loops, or something breaks."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from typing import Callable, Protocol, Sequence
+
+from sparse_react.env import HouseholdEnv, ThinkWrapper, is_thought
+from sparse_react.games.catalog import GameRef
+from sparse_react.prompts import THINK, variant_examples
+from sparse_react.rhythms import Rhythm, get_rhythm
+from sparse_react.tasks import TaskType
+from sparse_react.trajectory import Entry, Episode, Failure, Kind, classify_failure
+
+INSTRUCTION = {
+    True: "You act in a household to finish a task. Each turn, write one line: a command the game "
+          "accepts, or a thought that starts with 'think:'. Two solved examples come first.",
+    False: "You act in a household to finish a task. Each turn, write one command the game accepts. "
+           "Two solved examples come first.",
+}
+
+
+@dataclass
+class Context:
+    """What the policy sees: the few-shot prefix and every line of this episode so far.
+
+    The text only grows (`text()` of one turn is a prefix of the next), which is what lets a
+    model keep its KV cache across turns.
+    """
+
+    rhythm: Rhythm
+    task_type: TaskType
+    task: str
+    prefix: str
+    turns: list[tuple[str, str]] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, rhythm: Rhythm, task_type: TaskType, task: str, observation: str, variant: int = 0) -> "Context":
+        parts = [INSTRUCTION[rhythm.thinks]]
+        for example in variant_examples(task_type, variant):
+            parts.append("\n".join([example.observation, *(f"> {l}\n{r}" for l, r in example.lines(rhythm))]))
+        parts.append("Your turn.\n" + observation)
+        return cls(rhythm, task_type, task, "\n\n".join(parts) + "\n")
+
+    def append(self, line: str, observation: str) -> None:
+        self.turns.append((line, observation))
+
+    @property
+    def last_observation(self) -> str:
+        return self.turns[-1][1] if self.turns else self.prefix.rstrip().rpartition("Your turn.\n")[2]
+
+    @property
+    def previous_kind(self) -> Kind | None:
+        return (Kind.THOUGHT if is_thought(self.turns[-1][0]) else Kind.ACTION) if self.turns else None
+
+    @property
+    def allowed(self) -> frozenset[Kind]:
+        return self.rhythm.allowed(self.previous_kind)
+
+    def text(self) -> str:
+        return self.prefix + "".join(f"> {line}\n{obs}\n" for line, obs in self.turns) + "> "
+
+
+class Policy(Protocol):
+    """Writes the next line of an episode: `think: ...` or a command."""
+
+    name: str
+
+    def start(self, env: HouseholdEnv, context: Context) -> None:
+        """Called once per episode, after the reset."""
+
+    def next_line(self, context: Context, admissible: Sequence[str]) -> str:
+        """The next line, given the context so far and the commands the game accepts now."""
+
+
+@dataclass(frozen=True)
+class LoopRules:
+    """How an episode may end besides a win. `loop_repeats=0` turns loop detection off."""
+
+    max_steps: int = 50
+    thoughts_count: bool = True
+    loop_repeats: int = 3
+
+
+def versions() -> dict[str, str]:
+    return {p: metadata.version(p) for p in ("sparse_react", "alfworld", "textworld")}
+
+
+def run_episode(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | Rhythm = "sparse",
+                variant: int = 0, rules: LoopRules = LoopRules(),
+                on_entry: Callable[[Entry], None] | None = None) -> Episode:
+    """Play one episode of `game` with `policy` in `rhythm` and return its record.
+
+    `on_entry` sees each entry as it happens (the CLI prints the trajectory with it).
+    """
+    rhythm = get_rhythm(rhythm) if isinstance(rhythm, str) else rhythm
+    env.max_steps = rules.max_steps
+    react = ThinkWrapper(env, thoughts_count=rules.thoughts_count)
+    started = time.perf_counter()
+    observation, info = react.reset(options={"game": game})
+    context = Context.start(rhythm, game.task_type, info["task"], observation, variant)
+    episode = Episode(str(game.path), game.task_type.value, info["task"], rhythm.name, policy.name, observation,
+                      variant, settings={**asdict(rules), "game_name": game.name}, versions=versions())
+    policy.start(env, context)
+    ended_by: Failure | str | None = None
+    try:
+        while ended_by is None:
+            t0 = time.perf_counter()
+            line = policy.next_line(context, info["admissible_commands"]).strip()
+            kind = Kind.THOUGHT if is_thought(line) else Kind.ACTION
+            rhythm.check(kind, context.previous_kind)
+            observation, _, _, truncated, info = react.step(line)
+            text = line[len(THINK.strip()):].strip() if kind is Kind.THOUGHT else line
+            episode.entries.append(Entry(len(episode.entries) + 1, kind, text, observation, time.perf_counter() - t0,
+                                         mode=getattr(policy, "last_mode", policy.name)))
+            context.append(line, observation)
+            if on_entry:
+                on_entry(episode.entries[-1])
+            ended_by = "won" if info["won"] else Failure.BUDGET if truncated else None
+            if ended_by is None and _looping(episode, rules.loop_repeats):
+                ended_by = Failure.LOOP
+    except Exception as exc:  # a policy, rhythm or engine failure ends this episode, not the run
+        ended_by, episode.error = Failure.ERROR, f"{type(exc).__name__}: {exc}"
+    episode.won = ended_by == "won"
+    episode.failure = None if episode.won else classify_failure(episode, ended_by)
+    episode.wall_time = time.perf_counter() - started
+    return episode
+
+
+def _looping(episode: Episode, repeats: int) -> bool:
+    tail = episode.entries[-repeats:] if repeats else []
+    return len(tail) == repeats and all(e.kind is Kind.ACTION for e in tail) and \
+        len({(e.text, e.observation) for e in tail}) == 1
+

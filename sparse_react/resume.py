@@ -1,0 +1,90 @@
+"""Editing a thought and resuming an episode (the paper's human-in-the-loop experiment).
+
+The episode is kept up to the edited step, the new thought replaces (or is inserted before) that
+step, the recorded lines before it are replayed in a fresh game, checking that every observation
+matches the record, and then the policy carries on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from sparse_react.agent import Context, LoopRules, Policy, run_episode
+from sparse_react.env import HouseholdEnv
+from sparse_react.games.catalog import game_ref
+from sparse_react.prompts import THINK
+from sparse_react.trajectory import Entry, Episode, Kind, RecordError, read_episodes
+
+
+@dataclass
+class ReplayPolicy:
+    """Sends recorded lines first, noting every replayed action whose observation differs, then
+    hands over to `then`."""
+
+    lines: list[Entry]
+    then: Policy
+    mismatches: list[int] = field(default_factory=list)
+    _next: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.then.name
+
+    @property
+    def last_mode(self) -> str:
+        if self._next <= len(self.lines):
+            return "replay"
+        return getattr(self.then, "last_mode", self.then.name)
+
+    def start(self, env: HouseholdEnv, context: Context) -> None:
+        self._next = 0
+        self.mismatches = []
+        self.then.start(env, context)
+
+    def next_line(self, context: Context, admissible: Sequence[str]) -> str:
+        if 0 < self._next <= len(self.lines):
+            sent = self.lines[self._next - 1]
+            if sent.kind is Kind.ACTION and context.last_observation != sent.observation:
+                self.mismatches.append(sent.step)
+        self._next += 1
+        if self._next <= len(self.lines):
+            entry = self.lines[self._next - 1]
+            return THINK + entry.text if entry.kind is Kind.THOUGHT else entry.text
+        return self.then.next_line(context, admissible)
+
+
+def edited_lines(episode: Episode, step: int, thought: str, insert: bool) -> list[Entry]:
+    """The entries to replay: those before `step`, then the new thought."""
+    if not 1 <= step <= len(episode.entries) + (1 if insert else 0):
+        raise RecordError(f"step {step} is out of range: the episode has {len(episode.entries)} steps")
+    if not insert and episode.entries[step - 1].kind is not Kind.THOUGHT:
+        raise RecordError(f"step {step} is an action ({episode.entries[step - 1].text!r}), not a thought: "
+                          "use --insert to add a thought before it")
+    thought = thought.strip()
+    thought = thought[len(THINK.strip()):].strip() if thought.lower().startswith(THINK.strip()) else thought
+    if not thought:
+        raise RecordError("the new thought is empty")
+    return [*episode.entries[: step - 1], Entry(step, Kind.THOUGHT, thought, "OK.", mode="human")]
+
+
+def resume(record: str | Path, index: int, step: int, thought: str, policy: Policy,
+           insert: bool = False) -> tuple[Episode, list[int]]:
+    """Resume episode `index` (0-based) of a record file after editing (or inserting) a thought.
+
+    Returns the new episode and the steps whose replayed observation differed from the record.
+    Nothing is written; bad input raises RecordError before anything runs.
+    """
+    episodes = read_episodes(record)
+    if not 0 <= index < len(episodes):
+        raise RecordError(f"episode {index} is out of range: {record} holds {len(episodes)} episodes")
+    old = episodes[index]
+    lines = edited_lines(old, step, thought, insert)
+    game = game_ref(Path(old.game))
+    replay = ReplayPolicy(lines, policy)
+    rules = LoopRules(**{k: v for k, v in old.settings.items() if k in LoopRules.__dataclass_fields__})
+    episode = run_episode(HouseholdEnv([game]), replay, game, old.rhythm, old.prompt_variant, rules)
+    episode.settings["resumed_from"] = {"record": str(record), "episode": index, "step": step,
+                                        "insert": insert, "mismatches": replay.mismatches}
+    return episode, replay.mismatches
