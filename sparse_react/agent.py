@@ -65,7 +65,11 @@ class Context:
 
 
 class Policy(Protocol):
-    """Writes the next line of an episode: `think: ...` or a command."""
+    """Writes the next line of an episode: `think: ...` or a command.
+
+    Optional attributes the loop records with each entry: `last_mode` (how the line was chosen)
+    and `last_tokens` (tokens the policy encoded or generated for it).
+    """
 
     name: str
 
@@ -115,6 +119,7 @@ def run_episode(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | 
             observation, _, _, truncated, info = react.step(line)
             text = line[len(THINK.strip()):].strip() if kind is Kind.THOUGHT else line
             episode.entries.append(Entry(len(episode.entries) + 1, kind, text, observation, time.perf_counter() - t0,
+                                         tokens=getattr(policy, "last_tokens", None),
                                          mode=getattr(policy, "last_mode", policy.name)))
             context.append(line, observation)
             if on_entry:
