@@ -10,12 +10,8 @@ from typing import Optional, Tuple
 import typer
 
 from sparse_react.games.catalog import BUNDLED_SPLITS, GameSetError, count_by_task, find_games
-from sparse_react.games.files import GameFileError
-from sparse_react.policies import PolicyError
-from sparse_react.prompts import PromptError
-from sparse_react.rhythms import RhythmError
+from sparse_react.tasks import TaskType
 from sparse_react.trajectory import RecordError
-from sparse_react.tasks import TaskType, UnknownTaskError
 
 app = typer.Typer(help="ReAct agents on ALFWorld-style household games.", pretty_exceptions_enable=False,
                   no_args_is_help=True, add_completion=False)
@@ -24,7 +20,9 @@ app.add_typer(games_app, name="games")
 cache_app = typer.Typer(help="The engine's disk cache of PDDL translations.", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
 
-USER_ERRORS = (GameSetError, GameFileError, UnknownTaskError, PolicyError, RhythmError, PromptError, RecordError)
+# Every error that is the user's to fix (GameSetError, GameFileError, UnknownTaskError, PolicyError,
+# RhythmError, PromptError, RecordError, ModelError, bad settings) is a ValueError.
+USER_ERRORS = (ValueError,)
 
 
 @app.callback()
@@ -148,7 +146,10 @@ def run(
     game: str = typer.Argument(..., help="A game file or a game set."),
     index: int = typer.Option(0, help="Which game of the set."),
     rhythm: str = typer.Option("sparse", help="sparse, dense, im or act."),
-    policy: str = typer.Option("expert", help="expert, random or scripted:FILE (one line per turn)."),
+    policy: str = typer.Option("hf", help="hf (the embedded SmolLM2-135M), expert, random or scripted:FILE."),
+    model: Optional[str] = typer.Option(None, help="A local model folder or .gguf file (implies --policy hf)."),
+    action_mode: str = typer.Option("scored", help="Model actions: scored (rank admissible) or free (generate)."),
+    device: str = typer.Option("auto", help="Model device: auto, cpu, cuda, ..."),
     variant: int = typer.Option(0, help="Prompt variant 0-5 (which two examples, in which order)."),
     max_steps: int = typer.Option(50, help="Step budget (thoughts count)."),
     seed: int = typer.Option(0, help="Seed of the random policy."),
@@ -157,14 +158,13 @@ def run(
     """Play one game with a policy in a rhythm, printing the trajectory as it happens."""
     from sparse_react.agent import LoopRules, run_episode
     from sparse_react.env import HouseholdEnv
-    from sparse_react.policies import make_policy
     from sparse_react.rhythms import get_rhythm
     from sparse_react.trajectory import append_episode
 
     refs = find_games(game)
     if not 0 <= index < len(refs):
         raise GameSetError(f"index {index} is out of range: {game} holds {len(refs)} games")
-    chosen, rule = make_policy(policy, seed), get_rhythm(rhythm)
+    chosen, rule = _policy(policy, model, seed, action_mode, device), get_rhythm(rhythm)
     env = HouseholdEnv(refs)
     typer.echo(typer.style(f"{refs[index].name} · {rule.name} · {chosen.name}", bold=True))
     episode = run_episode(env, chosen, refs[index], rule, variant, LoopRules(max_steps=max_steps), on_entry=_print_entry)
@@ -172,8 +172,18 @@ def run(
     verdict = "WON" if episode.won else f"FAILED ({episode.failure.value})"
     typer.echo(typer.style(f"{verdict} in {len(episode.entries)} steps: {len(episode.actions)} actions, "
                            f"{len(episode.thoughts)} thoughts; record appended to {out}", bold=True))
+    if getattr(chosen, "free_actions", 0):
+        typer.echo(f"freely generated actions not admissible: {chosen.invalid_rate:.0%}")
     if episode.error:
         typer.echo(f"error: {episode.error}", err=True)
+
+
+def _policy(policy: str, model: Optional[str], seed: int, action_mode: str = "scored", device: str = "auto"):
+    from sparse_react.policies import make_policy
+
+    spec = f"hf:{model}" if model else policy
+    settings = {"action_mode": action_mode, "device": device} if spec.startswith("hf") else {}
+    return make_policy(spec, seed, **settings)
 
 
 def _print_entry(entry) -> None:
@@ -218,7 +228,9 @@ def resume(
 @app.command("eval")
 def eval_(
     games: str = typer.Option("valid_unseen", help="Game set: bundled split, alfworld:<split>, folder or file."),
-    policy: str = typer.Option("expert", help="expert, random or scripted:FILE."),
+    policy: str = typer.Option("expert", help="expert, random, hf (the embedded SmolLM2-135M) or scripted:FILE."),
+    model: Optional[str] = typer.Option(None, help="A local model folder or .gguf file (implies --policy hf)."),
+    action_mode: str = typer.Option("scored", help="Model actions: scored or free."),
     rhythm: str = typer.Option("act", help="sparse, dense, im or act."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N games."),
     task_types: Optional[str] = typer.Option(None, help="Comma-separated task types."),
@@ -229,11 +241,10 @@ def eval_(
     """Play every game of a set once and print the success table by task type."""
     from sparse_react.agent import LoopRules
     from sparse_react.evaluate import evaluate, success_table
-    from sparse_react.policies import make_policy
     from sparse_react.rhythms import get_rhythm
 
     rule = get_rhythm(rhythm)
-    chosen = make_policy(policy, seed)
+    chosen = _policy(policy, model, seed, action_mode)
     refs = find_games(games, _task_types(task_types))[:limit]
     episodes = evaluate(refs, chosen, rule.name, rules=LoopRules(max_steps=max_steps), out=str(out) if out else None)
     typer.echo(success_table(episodes, label=f"{chosen.name} ({rule.name})"))

@@ -20,7 +20,7 @@ def test_each_task_type_has_three_examples_and_six_variants(task_type):
     pairs = {tuple(e.game for e in variant_examples(task_type, v)) for v in range(6)}
     assert len(pairs) == 6
     for example in examples:
-        assert f"Your task is to:" in example.observation
+        assert "Your task is to:" in example.observation
 
 
 @pytest.mark.parametrize("task_type", list(TaskType))

