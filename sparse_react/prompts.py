@@ -15,11 +15,11 @@ from pathlib import Path
 
 import yaml
 
+from sparse_react.env import THINK_PREFIX, THOUGHT_REPLY
 from sparse_react.rhythms import Rhythm
 from sparse_react.tasks import TaskType
 
-THINK = "think: "
-THOUGHT_REPLY = "OK."
+THINK = THINK_PREFIX + " "
 VARIANTS: tuple[tuple[int, int], ...] = tuple(itertools.permutations(range(3), 2))
 
 

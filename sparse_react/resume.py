@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from sparse_react.agent import Context, LoopRules, Policy, run_episode
-from sparse_react.env import HouseholdEnv
+from sparse_react.env import THOUGHT_REPLY, HouseholdEnv
 from sparse_react.games.catalog import game_ref
 from sparse_react.prompts import THINK
 from sparse_react.trajectory import Entry, Episode, Kind, RecordError, read_episodes
@@ -66,7 +66,7 @@ def edited_lines(episode: Episode, step: int, thought: str, insert: bool) -> lis
     thought = thought[len(THINK.strip()):].strip() if thought.lower().startswith(THINK.strip()) else thought
     if not thought:
         raise RecordError("the new thought is empty")
-    return [*episode.entries[: step - 1], Entry(step, Kind.THOUGHT, thought, "OK.", mode="human")]
+    return [*episode.entries[: step - 1], Entry(step, Kind.THOUGHT, thought, THOUGHT_REPLY, mode="human")]
 
 
 def resume(record: str | Path, index: int, step: int, thought: str, policy: Policy,

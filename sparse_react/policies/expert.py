@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from sparse_react.engine import NOTHING_HAPPENS
+from sparse_react.prompts import THINK
 from sparse_react.env import HouseholdEnv
 from sparse_react.tasks import TaskType
 from sparse_react.trajectory import Kind
@@ -75,7 +76,7 @@ class ExpertPolicy:
         thought = self._thought(context, command) if Kind.THOUGHT in context.allowed else None
         if thought and self._thought_for != command:
             self._thought_for = command
-            return "think: " + thought
+            return THINK + thought
         if Kind.ACTION not in context.allowed:
             raise ExpertError(f"rhythm {context.rhythm.name!r} wants a thought the expert has none for")
         self._thought_for = None
