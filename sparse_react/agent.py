@@ -104,13 +104,14 @@ def run_episode(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | 
     env.max_steps = rules.max_steps
     react = ThinkWrapper(env, thoughts_count=rules.thoughts_count)
     started = time.perf_counter()
-    observation, info = react.reset(options={"game": game})
-    context = Context.start(rhythm, game.task_type, info["task"], observation, variant)
-    episode = Episode(str(game.path), game.task_type.value, info["task"], rhythm.name, policy.name, observation,
-                      variant, settings={**asdict(rules), "game_name": game.name}, versions=versions())
-    policy.start(env, context)
+    episode = Episode(str(game.path), game.task_type.value, "", rhythm.name, policy.name, "", variant,
+                      settings={**asdict(rules), "game_name": game.name}, versions=versions())
     ended_by: Failure | str | None = None
-    try:
+    try:  # a game that fails to load, a policy, rhythm or engine failure ends this episode, not the run
+        observation, info = react.reset(options={"game": game})
+        episode.task, episode.initial_observation = info["task"], observation
+        context = Context.start(rhythm, game.task_type, info["task"], observation, variant)
+        policy.start(env, context)
         while ended_by is None:
             t0 = time.perf_counter()
             line = policy.next_line(context, info["admissible_commands"]).strip()
@@ -127,7 +128,7 @@ def run_episode(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | 
             ended_by = "won" if info["won"] else Failure.BUDGET if truncated else None
             if ended_by is None and _looping(episode, rules.loop_repeats):
                 ended_by = Failure.LOOP
-    except Exception as exc:  # a policy, rhythm or engine failure ends this episode, not the run
+    except Exception as exc:
         ended_by, episode.error = Failure.ERROR, f"{type(exc).__name__}: {exc}"
     episode.won = ended_by == "won"
     episode.failure = None if episode.won else classify_failure(episode, ended_by)

@@ -231,26 +231,65 @@ def eval_(
     policy: str = typer.Option("expert", help="expert, random, hf (the embedded SmolLM2-135M) or scripted:FILE."),
     model: Optional[str] = typer.Option(None, help="A local model folder or .gguf file (implies --policy hf)."),
     action_mode: str = typer.Option("scored", help="Model actions: scored or free."),
-    rhythm: str = typer.Option("act", help="sparse, dense, im or act."),
-    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N games."),
+    rhythms: str = typer.Option("act", "--rhythms", "--rhythm", help="Comma-separated: sparse,dense,im,act."),
+    variants: str = typer.Option("0", help="Comma-separated prompt variants (0-5)."),
+    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N games (after the filters)."),
     task_types: Optional[str] = typer.Option(None, help="Comma-separated task types."),
+    filter: Optional[str] = typer.Option(None, help="Only games whose name matches this regular expression."),
     max_steps: int = typer.Option(50, help="Step budget per episode."),
-    seed: int = typer.Option(0, help="Seed of the random policy."),
-    out: Optional[Path] = typer.Option(None, help="Append episode records to this JSONL file."),
+    seed: int = typer.Option(0, help="Seed of the random policy / model sampling."),
+    out: Optional[Path] = typer.Option(None, help="Run folder: episodes appended as they finish; rerun to resume."),
 ) -> None:
-    """Play every game of a set once and print the success table by task type."""
+    """Play every selected game once per rhythm and print the success table by task type."""
+    import re
+
     from sparse_react.agent import LoopRules
-    from sparse_react.evaluate import evaluate, success_table
+    from sparse_react.evaluate import RunSettings, evaluate, success_table
     from sparse_react.rhythms import get_rhythm
 
-    rule = get_rhythm(rhythm)
+    names = [get_rhythm(r.strip()).name for r in rhythms.split(",") if r.strip()]
+    variant_list = [int(v) for v in variants.split(",") if v.strip()]
+    refs = find_games(games, _task_types(task_types))
+    if filter:
+        try:
+            pattern = re.compile(filter)
+        except re.error as exc:
+            raise GameSetError(f"--filter {filter!r} is not a regular expression: {exc}") from None
+        refs = [r for r in refs if pattern.search(r.name)]
+    refs = refs[:limit]
+    if not refs:
+        raise GameSetError(f"no game of {games} matches the selection")
     chosen = _policy(policy, model, seed, action_mode)
-    refs = find_games(games, _task_types(task_types))[:limit]
-    episodes = evaluate(refs, chosen, rule.name, rules=LoopRules(max_steps=max_steps), out=str(out) if out else None)
-    typer.echo(success_table(episodes, label=f"{chosen.name} ({rule.name})"))
+    rules = LoopRules(max_steps=max_steps)
+    settings = RunSettings(games, f"hf:{model}" if model else policy, tuple(names), tuple(variant_list),
+                           {"max_steps": max_steps, "thoughts_count": rules.thoughts_count,
+                            "loop_repeats": rules.loop_repeats},
+                           {"limit": limit, "task_types": task_types, "filter": filter},
+                           {"seed": seed, "action_mode": action_mode})
+    try:
+        episodes = evaluate(refs, chosen, names, variant_list, rules, run_dir=out, settings=settings)
+    except KeyboardInterrupt:
+        saved = f"finished episodes are in {out}; rerun the same command to resume" if out else "nothing was saved (no --out)"
+        typer.echo(f"\ninterrupted: {saved}", err=True)
+        raise typer.Exit(130) from None
+    typer.echo(success_table(episodes, label=chosen.name, by_rhythm=True))
     for episode in episodes:
         if episode.error:
-            typer.echo(f"error in {episode.settings['game_name']}: {episode.error}", err=True)
+            typer.echo(f"error in {episode.settings['game_name']} ({episode.rhythm}): {episode.error}", err=True)
+
+
+@app.command()
+def report(
+    runs: list[Path] = typer.Argument(..., help="Run folders (or episode .jsonl files), compared side by side."),
+    out: Path = typer.Option(Path("report"), help="Folder for report.md, report.csv and the PNG plots."),
+) -> None:
+    """Success by task type per rhythm, thoughts, invalid actions, failure classes, tokens, time; plots."""
+    from sparse_react.report import load_runs, markdown_report, write_report
+
+    loaded = load_runs(runs)
+    paths = write_report(loaded, out)
+    typer.echo(markdown_report(loaded))
+    typer.echo("\nwritten: " + ", ".join(str(p) for p in paths.values()))
 
 
 def main() -> None:
@@ -260,6 +299,7 @@ def main() -> None:
     except USER_ERRORS as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+
 
 
 if __name__ == "__main__":

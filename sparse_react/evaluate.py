@@ -1,39 +1,134 @@
-"""Playing a policy over a game set and tabulating success by task type (the paper's layout)."""
+"""Batch evaluation: every selected game once per rhythm (and prompt variant), in a fixed order,
+appended to a run folder as each episode finishes, resumable, with a success table by task type.
+
+A run folder holds `settings.json` (what was asked, and by which version) and `episodes.jsonl`
+(one flushed line per finished episode). Re-running the same command skips finished episodes;
+a changed setting or an incompatible folder is refused rather than mixed in.
+"""
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Iterable, Sequence
 
 from tqdm import tqdm
 
+import sparse_react
 from sparse_react.agent import LoopRules, Policy, run_episode
 from sparse_react.env import HouseholdEnv
 from sparse_react.games.catalog import GameRef
 from sparse_react.tasks import TaskType
-from sparse_react.trajectory import Episode, append_episode
+from sparse_react.trajectory import Episode, append_episode, read_episodes
+
+RUN_FORMAT = "sparse_react.run/1"
+SETTINGS_FILE = "settings.json"
+EPISODES_FILE = "episodes.jsonl"
 
 
-def evaluate(games: Sequence[GameRef], policy: Policy, rhythm: str = "act", variant: int = 0,
-             rules: LoopRules = LoopRules(), out: str | None = None, progress: bool = True) -> list[Episode]:
-    """Play every game once, in order; append each episode to `out` (JSONL) as it finishes."""
+class RunFolderError(ValueError):
+    """A run folder made with other settings or by an incompatible version; the message says which."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything that decides what a run's episodes are; a resumed run must match it exactly."""
+
+    games: str
+    policy: str
+    rhythms: tuple[str, ...]
+    variants: tuple[int, ...] = (0,)
+    rules: dict = field(default_factory=lambda: asdict(LoopRules()))
+    selection: dict = field(default_factory=dict)  # limit, task types, filter
+    policy_settings: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"format": RUN_FORMAT, "sparse_react": sparse_react.__version__, **asdict(self)}
+
+
+def episode_key(game: str, rhythm: str, variant: int) -> tuple[str, str, int]:
+    return (game, rhythm, variant)
+
+
+def open_run(run_dir: Path, settings: RunSettings) -> list[Episode]:
+    """Create a run folder, or check an existing one against `settings`; return its finished episodes.
+
+    A last line cut short by a killed process is dropped (that episode had not finished).
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / SETTINGS_FILE
+    wanted = json.loads(json.dumps(settings.to_json()))  # tuples become lists, as stored
+    if path.exists():
+        try:
+            stored = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise RunFolderError(f"{path} is not a run settings file: {exc}") from None
+        if stored.get("format") != RUN_FORMAT:
+            raise RunFolderError(f"{run_dir} was written by an incompatible version "
+                                 f"(format {stored.get('format')!r}, this is {RUN_FORMAT}); use another --out")
+        changed = sorted(k for k in wanted if k != "sparse_react" and stored.get(k) != wanted[k])
+        if changed:
+            detail = "; ".join(f"{k}: {stored.get(k)!r} → {wanted[k]!r}" for k in changed)
+            raise RunFolderError(f"{run_dir} holds a run with other settings ({detail}); use another --out")
+    else:
+        path.write_text(json.dumps(wanted, indent=1) + "\n")
+    episodes_path = run_dir / EPISODES_FILE
+    if not episodes_path.exists():
+        return []
+    lines = episodes_path.read_text().splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):  # killed mid-write: that episode never finished
+        episodes_path.write_text("".join(lines[:-1]))
+    return read_episodes(episodes_path)
+
+
+def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[str] = "act",
+             variants: Sequence[int] = (0,), rules: LoopRules = LoopRules(), run_dir: Path | None = None,
+             settings: RunSettings | None = None, progress: bool = True) -> list[Episode]:
+    """Play every game once per rhythm and variant (rhythm-major, then variant, then game order).
+
+    With `run_dir`, finished episodes found there are kept and skipped, and each new one is
+    appended as soon as it ends. Returns all episodes of the run, in order.
+    """
+    rhythms = [rhythms] if isinstance(rhythms, str) else list(rhythms)
+    plan = [(game, r, v) for r in rhythms for v in variants for game in games]
+    done: dict[tuple, Episode] = {}
+    if run_dir is not None:
+        settings = settings or RunSettings("", policy.name, tuple(rhythms), tuple(variants), asdict(rules))
+        for episode in open_run(run_dir, settings):
+            done[episode_key(episode.settings.get("game_name", episode.game), episode.rhythm, episode.prompt_variant)] = episode
     env = HouseholdEnv(list(games), max_steps=rules.max_steps)
-    episodes: list[Episode] = []
-    bar = tqdm(games, desc=f"{policy.name}/{rhythm}", unit="game", disable=not progress)
-    for game in bar:
-        episodes.append(run_episode(env, policy, game, rhythm, variant, rules))
-        if out:
-            append_episode(out, episodes[-1])
-        bar.set_postfix(success=f"{sum(e.won for e in episodes) / len(episodes):.0%}")
-    return episodes
+    bar = tqdm(total=len(plan), desc=policy.name, unit="ep", disable=not progress)
+    won = [e.won for e in done.values()]
+    bar.update(len(won))
+    for game, rhythm, variant in plan:
+        if episode_key(game.name, rhythm, variant) in done:
+            continue
+        episode = run_episode(env, policy, game, rhythm, variant, rules)
+        done[episode_key(game.name, rhythm, variant)] = episode
+        if run_dir is not None:
+            append_episode(run_dir / EPISODES_FILE, episode)
+        won.append(episode.won)
+        bar.update(1)
+        bar.set_postfix(success=f"{sum(won) / len(won):.0%}")
+    bar.close()
+    return [done[episode_key(g.name, r, v)] for g, r, v in plan]
 
 
-def success_table(episodes: Iterable[Episode], label: str = "success") -> str:
-    """A Markdown table: wins/games and percentage per task type (Pick ... Pick2) and All."""
+def success_table(episodes: Iterable[Episode], label: str = "success", by_rhythm: bool = False) -> str:
+    """A Markdown table: wins/games and percentage per task type (Pick ... Pick2) and All; one row
+    (named `label`), or one row per rhythm (`label (rhythm)`)."""
     episodes = list(episodes)
+    groups = {label: episodes}
+    if by_rhythm:
+        groups = {f"{label} ({r})": [e for e in episodes if e.rhythm == r] for r in dict.fromkeys(e.rhythm for e in episodes)}
     header = ["", *(t.column for t in TaskType), "All"]
-    cells = [label]
-    for group in [*([e for e in episodes if e.task_type == t.value] for t in TaskType), episodes]:
-        wins = sum(e.won for e in group)
-        cells.append(f"{wins}/{len(group)} ({wins / len(group):.0%})" if group else "–")
-    rows = [header, ["---"] * len(header), cells]
+    rows = [header, ["---"] * len(header)]
+    for name, group in groups.items():
+        cells = [name]
+        for part in [*([e for e in group if e.task_type == t.value] for t in TaskType), group]:
+            wins = sum(e.won for e in part)
+            cells.append(f"{wins}/{len(part)} ({wins / len(part):.0%})" if part else "–")
+        rows.append(cells)
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+

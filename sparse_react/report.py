@@ -1,0 +1,278 @@
+"""Reports over episode records: success by task type (the paper's layout) and how the agents behaved.
+
+Everything here is computed from the records alone; no game is re-run. Success is `episode.won`.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import mean
+from typing import Sequence
+
+from sparse_react.tasks import TaskType
+from sparse_react.trajectory import Episode, Failure, RecordError, read_episodes
+
+RECORD_FILE = "episodes.jsonl"
+COLUMNS: tuple[str, ...] = (*(t.column for t in TaskType), "All")
+DASH = "–"
+
+Run = tuple[str, list[Episode]]
+
+
+def load_runs(paths: Sequence[Path | str]) -> list[Run]:
+    """Read each path (a run folder holding `episodes.jsonl`, or a `.jsonl` file) as a labelled run.
+
+    The label is the run folder's name (a loose `.jsonl` file uses its stem). Raises RecordError
+    (a ValueError) naming any path that holds no episodes.
+    """
+    runs: list[Run] = []
+    seen: set[str] = set()
+    for raw in paths:
+        path = Path(raw)
+        file = path / RECORD_FILE if path.is_dir() else path
+        if path.is_dir() and not file.is_file():
+            raise RecordError(f"{path}: no {RECORD_FILE} in this run folder")
+        episodes = read_episodes(file)
+        if not episodes:
+            raise RecordError(f"{file}: no episodes in this record file")
+        runs.append((_unique(_label_for(path), seen), episodes))
+    return runs
+
+
+def _label_for(path: Path) -> str:
+    if path.is_dir():
+        return path.resolve().name
+    return path.resolve().parent.name if path.name == RECORD_FILE else path.stem
+
+
+def _unique(label: str, seen: set[str]) -> str:
+    candidate, n = label, 1
+    while candidate in seen:
+        n += 1
+        candidate = f"{label}-{n}"
+    seen.add(candidate)
+    return candidate
+
+
+@dataclass
+class GroupStats:
+    """The measures of one (run, rhythm[, policy]) group of episodes."""
+
+    name: str
+    label: str
+    rhythm: str
+    policy: str
+    episodes: int
+    wins: dict[str, int]
+    games: dict[str, int]
+    mean_steps_won: float | None
+    thoughts_per_episode: float
+    thought_density: float
+    invalid_action_rate: float | None
+    failures: dict[str, int]
+    tokens_per_episode: float | None
+    time_per_episode: float
+    steps_won: list[int] = field(default_factory=list)
+
+    def success(self, column: str) -> float | None:
+        """Percentage of games won in a column (Pick ... Pick2, All); None when it has no games."""
+        games = self.games[column]
+        return 100.0 * self.wins[column] / games if games else None
+
+
+def group_stats(name: str, label: str, episodes: Sequence[Episode]) -> GroupStats:
+    """Compute every measure of one group of episodes (all of one rhythm and policy)."""
+    wins, games = {}, {}
+    for task in TaskType:
+        of_type = [e for e in episodes if e.task_type == task.value]
+        wins[task.column], games[task.column] = sum(e.won for e in of_type), len(of_type)
+    wins["All"], games["All"] = sum(e.won for e in episodes), len(episodes)
+    steps_won = [len(e.entries) for e in episodes if e.won]
+    actions = sum(len(e.actions) for e in episodes)
+    tokens = [e.tokens for e in episodes if e.tokens is not None]
+    return GroupStats(
+        name=name,
+        label=label,
+        rhythm=episodes[0].rhythm,
+        policy=episodes[0].policy,
+        episodes=len(episodes),
+        wins=wins,
+        games=games,
+        mean_steps_won=mean(steps_won) if steps_won else None,
+        thoughts_per_episode=mean(len(e.thoughts) for e in episodes),
+        thought_density=mean(e.thought_density for e in episodes),
+        invalid_action_rate=sum(e.invalid_actions for e in episodes) / actions if actions else None,
+        failures={f.value: sum(e.failure is f for e in episodes) for f in Failure},
+        tokens_per_episode=mean(tokens) if tokens else None,
+        time_per_episode=mean(e.wall_time for e in episodes),
+        steps_won=steps_won,
+    )
+
+
+def summarize(runs: Sequence[Run]) -> list[GroupStats]:
+    """One GroupStats per run and rhythm, in the order first seen.
+
+    Rows are named by rhythm, prefixed `label/` when there are several runs; a run that mixes
+    policies within a rhythm gets one row per policy, suffixed ` [policy]`.
+    """
+    groups: list[GroupStats] = []
+    for label, episodes in runs:
+        keyed: dict[tuple[str, str], list[Episode]] = {}
+        for episode in episodes:
+            keyed.setdefault((episode.rhythm, episode.policy), []).append(episode)
+        mixed = len({policy for _, policy in keyed}) > 1
+        for (rhythm, policy), members in keyed.items():
+            name = (f"{label}/" if len(runs) > 1 else "") + rhythm + (f" [{policy}]" if mixed else "")
+            groups.append(group_stats(name, label, members))
+    return groups
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return DASH if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return DASH if value is None else f"{value:.1%}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = [header, ["---"] * len(header), *rows]
+    return "\n".join("| " + " | ".join(row) + " |" for row in lines)
+
+
+def success_rows(groups: Sequence[GroupStats]) -> list[list[str]]:
+    """Markdown cells of the success table: `wins/games (pct%)` per column, `–` where no games."""
+    rows = []
+    for g in groups:
+        cells = [f"{g.wins[c]}/{g.games[c]} ({g.success(c):.0f}%)" if g.games[c] else DASH for c in COLUMNS]
+        rows.append([g.name, *cells])
+    return rows
+
+
+def markdown_report(runs: Sequence[Run]) -> str:
+    """The whole report as Markdown: success by task type, then the other measures."""
+    groups = summarize(runs)
+    failure_names = [f.value for f in Failure]
+    measures = [
+        [g.name, g.policy, str(g.episodes), _num(g.mean_steps_won, 1), _num(g.thoughts_per_episode),
+         _num(g.thought_density, 3), _pct(g.invalid_action_rate),
+         *(str(g.failures[f]) for f in failure_names), _num(g.tokens_per_episode, 0), _num(g.time_per_episode)]
+        for g in groups
+    ]
+    sources = ", ".join(f"`{label}` ({len(eps)} episodes)" for label, eps in runs)
+    return "\n\n".join([
+        "# Report",
+        f"Runs: {sources}. Success is what the game said (`won`); all numbers come from the records.",
+        "## Success by task type",
+        _table(["", *COLUMNS], success_rows(groups)),
+        "## Behaviour",
+        _table(["", "policy", "episodes", "steps to success", "thoughts/ep", "thought density",
+                "invalid actions", *failure_names, "tokens/ep", "time/ep (s)"], measures),
+        "Steps to success: mean entries (thoughts and actions) of won episodes. Invalid actions: "
+        "actions answered `Nothing happens.` over all actions. Failures: episodes not won, by class. "
+        f"Tokens: mean over episodes with known token counts ({DASH} when none).",
+    ]) + "\n"
+
+
+CSV_FIELDS: tuple[str, ...] = (
+    "group", "label", "rhythm", "policy", "episodes",
+    *(f"{c}_{k}" for c in COLUMNS for k in ("wins", "games", "success_pct")),
+    "mean_steps_won", "thoughts_per_episode", "thought_density", "invalid_action_rate",
+    *(f"failures_{f.value}" for f in Failure),
+    "tokens_per_episode", "time_per_episode",
+)
+
+
+def _csv_row(g: GroupStats) -> dict[str, object]:
+    row: dict[str, object] = {"group": g.name, "label": g.label, "rhythm": g.rhythm, "policy": g.policy,
+                              "episodes": g.episodes}
+    for c in COLUMNS:
+        pct = g.success(c)
+        row |= {f"{c}_wins": g.wins[c], f"{c}_games": g.games[c],
+                f"{c}_success_pct": "" if pct is None else round(pct, 2)}
+    row |= {f"failures_{f}": n for f, n in g.failures.items()}
+    for key in ("mean_steps_won", "thoughts_per_episode", "thought_density", "invalid_action_rate",
+                "tokens_per_episode", "time_per_episode"):
+        value = getattr(g, key)
+        row[key] = "" if value is None else round(value, 4)
+    return row
+
+
+def write_csv(groups: Sequence[GroupStats], path: Path) -> None:
+    """One row per group with every number (empty cells where a measure is undefined)."""
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        writer.writerows(_csv_row(g) for g in groups)
+
+
+def write_plots(groups: Sequence[GroupStats], out_dir: Path) -> dict[str, Path]:
+    """success_by_task.png, thought_density.png and steps_to_success.png (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [g.name for g in groups]
+    width = max(6.0, 1.2 * len(groups) + 3)
+    paths: dict[str, Path] = {}
+
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.35 * len(COLUMNS) * len(groups) + 4), 4.5))
+    bar = 0.8 / len(groups)
+    for i, g in enumerate(groups):
+        xs = [j + (i - (len(groups) - 1) / 2) * bar for j in range(len(COLUMNS))]
+        ax.bar(xs, [g.success(c) or 0.0 for c in COLUMNS], bar, label=g.name)
+    ax.set_xticks(range(len(COLUMNS)), COLUMNS)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("success (%)")
+    ax.set_title("Success by task type")
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=min(len(groups), 4))
+    paths["success_by_task"] = _save(fig, out_dir / "success_by_task.png")
+
+    fig, ax = plt.subplots(figsize=(width, 4))
+    ax.bar(names, [g.thought_density for g in groups], color="tab:green")
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("thoughts / entries")
+    ax.set_title("Thought density")
+    ax.tick_params(axis="x", labelrotation=20)
+    paths["thought_density"] = _save(fig, out_dir / "thought_density.png")
+
+    fig, ax = plt.subplots(figsize=(width, 4))
+    with_wins = [i for i, g in enumerate(groups) if g.steps_won]
+    if with_wins:
+        ax.boxplot([groups[i].steps_won for i in with_wins], positions=with_wins, showmeans=True)
+    for i, g in enumerate(groups):
+        if not g.steps_won:
+            ax.text(i, 0.5, "no wins", ha="center", va="bottom", color="gray")
+    ax.set_xticks(range(len(groups)), names)
+    ax.set_xlim(-0.5, len(groups) - 0.5)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("steps (entries) of won episodes")
+    ax.set_title("Steps to success")
+    ax.tick_params(axis="x", labelrotation=20)
+    paths["steps_to_success"] = _save(fig, out_dir / "steps_to_success.png")
+    return paths
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_report(runs: Sequence[Run], out_dir: Path | str) -> dict[str, Path]:
+    """Write report.md, report.csv and the PNG plots into out_dir; return their paths by name."""
+    if not runs:
+        raise ValueError("no runs to report on")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    groups = summarize(runs)
+    paths = {"markdown": out_dir / "report.md", "csv": out_dir / "report.csv"}
+    paths["markdown"].write_text(markdown_report(runs))
+    write_csv(groups, paths["csv"])
+    return paths | write_plots(groups, out_dir)
