@@ -9,18 +9,22 @@ a changed setting or an incompatible folder is refused rather than mixed in.
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
+import os
+import queue
+import signal
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from tqdm import tqdm
 
 import sparse_react
-from sparse_react.agent import LoopRules, Policy, run_episode
+from sparse_react.agent import LoopRules, Policy, run_episode, versions
 from sparse_react.env import HouseholdEnv
 from sparse_react.games.catalog import GameRef
 from sparse_react.tasks import TaskType
-from sparse_react.trajectory import Episode, append_episode, read_episodes
+from sparse_react.trajectory import Episode, Failure, append_episode, read_episodes
 
 RUN_FORMAT = "sparse_react.run/1"
 SETTINGS_FILE = "settings.json"
@@ -84,11 +88,13 @@ def open_run(run_dir: Path, settings: RunSettings) -> list[Episode]:
 
 def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[str] = "act",
              variants: Sequence[int] = (0,), rules: LoopRules = LoopRules(), run_dir: Path | None = None,
-             settings: RunSettings | None = None, progress: bool = True) -> list[Episode]:
+             settings: RunSettings | None = None, progress: bool = True, workers: int = 1) -> list[Episode]:
     """Play every game once per rhythm and variant (rhythm-major, then variant, then game order).
 
     With `run_dir`, finished episodes found there are kept and skipped, and each new one is
-    appended as soon as it ends. Returns all episodes of the run, in order.
+    appended as soon as it ends. `workers > 1` plays episodes in that many processes (the engine
+    is not thread-safe); a worker that dies is replaced and its episode recorded as an error.
+    Returns all episodes of the run, in plan order.
     """
     rhythms = [rhythms] if isinstance(rhythms, str) else list(rhythms)
     plan = [(game, r, v) for r in rhythms for v in variants for game in games]
@@ -97,15 +103,12 @@ def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[s
         settings = settings or RunSettings("", policy.name, tuple(rhythms), tuple(variants), asdict(rules))
         for episode in open_run(run_dir, settings):
             done[episode_key(episode.settings.get("game_name", episode.game), episode.rhythm, episode.prompt_variant)] = episode
-    env = HouseholdEnv(list(games), max_steps=rules.max_steps)
-    bar = tqdm(total=len(plan), desc=policy.name, unit="ep", disable=not progress)
+    todo = [task for task in plan if episode_key(task[0].name, task[1], task[2]) not in done]
+    bar = tqdm(total=len(plan), initial=len(done), desc=policy.name, unit="ep", disable=not progress)
     won = [e.won for e in done.values()]
-    bar.update(len(won))
-    for game, rhythm, variant in plan:
-        if episode_key(game.name, rhythm, variant) in done:
-            continue
-        episode = run_episode(env, policy, game, rhythm, variant, rules)
-        done[episode_key(game.name, rhythm, variant)] = episode
+    play = _play_in_processes(todo, policy, rules, workers) if workers > 1 else _play_here(todo, policy, rules)
+    for episode in play:
+        done[episode_key(episode.settings["game_name"], episode.rhythm, episode.prompt_variant)] = episode
         if run_dir is not None:
             append_episode(run_dir / EPISODES_FILE, episode)
         won.append(episode.won)
@@ -113,6 +116,89 @@ def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[s
         bar.set_postfix(success=f"{sum(won) / len(won):.0%}")
     bar.close()
     return [done[episode_key(g.name, r, v)] for g, r, v in plan]
+
+
+Task = tuple[GameRef, str, int]
+
+
+def _play_here(tasks: Sequence[Task], policy: Policy, rules: LoopRules) -> Iterator[Episode]:
+    env = None
+    for game, rhythm, variant in tasks:
+        env = env or HouseholdEnv([game], max_steps=rules.max_steps)
+        yield run_episode(env, policy, game, rhythm, variant, rules)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this worker when the evaluating process dies (even by SIGKILL)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: workers notice an orphaned parent between episodes
+        pass
+
+
+def _worker(tasks: Any, results: Any, policy: Policy, rules: LoopRules, parent: int) -> None:
+    _die_with_parent()
+    env = None
+    while os.getppid() == parent and (item := tasks.get()) is not None:
+        index, (game, rhythm, variant) = item
+        results.put(("start", index, os.getpid()))
+        env = env or HouseholdEnv([game], max_steps=rules.max_steps)
+        results.put(("done", index, run_episode(env, policy, game, rhythm, variant, rules).to_dict()))
+
+
+def _play_in_processes(tasks: Sequence[Task], policy: Policy, rules: LoopRules, workers: int) -> Iterator[Episode]:
+    """Episodes from `workers` processes, as they finish; a dead worker's episode becomes an error."""
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    task_q, result_q = ctx.Queue(), ctx.Queue()
+    for item in enumerate(tasks):
+        task_q.put(item)
+    for _ in range(workers):
+        task_q.put(None)
+    def start() -> Any:
+        return ctx.Process(target=_worker, args=(task_q, result_q, policy, rules, os.getpid()), daemon=True)
+
+    procs = [start() for _ in range(workers)]
+    for proc in procs:
+        proc.start()
+    running: dict[int, int] = {}  # pid -> task index
+    remaining = set(range(len(tasks)))
+    try:
+        while remaining:
+            try:
+                kind, index, payload = result_q.get(timeout=0.5)
+            except queue.Empty:
+                for proc in [p for p in procs if not p.is_alive() and p.exitcode not in (0, None)]:
+                    procs.remove(proc)
+                    if proc.pid in running:
+                        index = running.pop(proc.pid)
+                        remaining.discard(index)
+                        yield _crashed(tasks[index], policy, rules, f"worker process {proc.pid} died "
+                                                                  f"(exit code {proc.exitcode}) while playing this episode")
+                    procs.append(start())
+                    procs[-1].start()
+                if not any(p.is_alive() for p in procs):
+                    for index in sorted(remaining):  # taken by a worker that died before saying so
+                        yield _crashed(tasks[index], policy, rules, "lost when a worker process died")
+                    return
+                continue
+            if kind == "start":
+                running[payload] = index
+            else:
+                remaining.discard(index)
+                running = {pid: i for pid, i in running.items() if i != index}
+                yield Episode.from_dict(payload)
+    finally:
+        for proc in procs:
+            proc.terminate()
+
+
+def _crashed(task: Task, policy: Policy, rules: LoopRules, message: str) -> Episode:
+    game, rhythm, variant = task
+    return Episode(str(game.path), game.task_type.value, "", rhythm, policy.name, "", variant,
+                   settings={**asdict(rules), "game_name": game.name}, versions=versions(),
+                   failure=Failure.ERROR, error=message)
 
 
 def success_table(episodes: Iterable[Episode], label: str = "success", by_rhythm: bool = False) -> str:

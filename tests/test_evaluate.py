@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -27,10 +28,10 @@ def keys(episodes):
     return [(e.settings["game_name"], e.rhythm, e.prompt_variant) for e in episodes]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
-def test_killed_eval_resumes_without_losing_or_repeating(tmp_path, sig):
+@pytest.mark.parametrize("sig,workers", [(signal.SIGKILL, "1"), (signal.SIGINT, "1"), (signal.SIGKILL, "2")])
+def test_killed_eval_resumes_without_losing_or_repeating(tmp_path, sig, workers):
     run = tmp_path / "run"
-    proc = subprocess.Popen([*EVAL, "--out", str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*EVAL, "--out", str(run), "--workers", workers], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     episodes = run / EPISODES_FILE
     deadline = time.time() + 120
     while time.time() < deadline and (not episodes.exists() or episodes.read_text().count("\n") < 4):
@@ -93,3 +94,40 @@ def test_random_baseline_records_budget_failures(tmp_path, bundled_unseen):
                         progress=False)
     assert len(episodes) == 8 and not any(e.won for e in episodes)
     assert {e.failure for e in episodes} <= {Failure.BUDGET, Failure.LOOP, Failure.INVALID_STREAK}
+
+
+class CrashOn:
+    """A test double: plays like the expert, but its process dies on one game (as a segfault would)."""
+
+    name = "expert"
+
+    def __init__(self, game_name):
+        self.game_name, self.inner = game_name, ExpertPolicy()
+
+    def start(self, env, context):
+        if env.game.name == self.game_name:
+            os._exit(3)
+        self.inner.start(env, context)
+
+    def next_line(self, context, admissible):
+        return self.inner.next_line(context, admissible)
+
+
+def test_two_workers_play_the_same_episodes_as_one(bundled_unseen):
+    games = bundled_unseen[::15]
+    one = evaluate(games, ExpertPolicy(), ["sparse", "act"], progress=False)
+    two = evaluate(games, ExpertPolicy(), ["sparse", "act"], progress=False, workers=2)
+    assert keys(one) == keys(two)
+    assert [[(e.kind, e.text, e.observation) for e in x.entries] for x in one] == \
+        [[(e.kind, e.text, e.observation) for e in x.entries] for x in two]
+
+
+def test_a_crashed_worker_is_an_error_episode_and_the_run_goes_on(tmp_path, bundled_unseen):
+    games = bundled_unseen[:6]
+    run = tmp_path / "run"
+    episodes = evaluate(games, CrashOn(games[2].name), "act", run_dir=run, progress=False, workers=2,
+                        settings=RunSettings("valid_unseen", "expert", ("act",)))
+    crashed = [e for e in episodes if not e.won]
+    assert [e.settings["game_name"] for e in crashed] == [games[2].name]
+    assert crashed[0].failure is Failure.ERROR and "exit code 3" in crashed[0].error
+    assert len(read_episodes(run / EPISODES_FILE)) == 6
