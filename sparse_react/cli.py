@@ -240,6 +240,8 @@ def eval_(
     seed: int = typer.Option(0, help="Seed of the random policy / model sampling."),
     out: Optional[Path] = typer.Option(None, help="Run folder: episodes appended as they finish; rerun to resume."),
     workers: int = typer.Option(1, min=1, help="Processes playing episodes in parallel."),
+    backend: str = typer.Option("local", help="local (this machine's processes) or ray."),
+    ray_address: Optional[str] = typer.Option(None, help="Ray cluster address (default: start a local Ray)."),
 ) -> None:
     """Play every selected game once per rhythm and print the success table by task type."""
     import re
@@ -268,7 +270,8 @@ def eval_(
                            {"limit": limit, "task_types": task_types, "filter": filter},
                            {"seed": seed, "action_mode": action_mode})
     try:
-        episodes = evaluate(refs, chosen, names, variant_list, rules, run_dir=out, settings=settings, workers=workers)
+        episodes = evaluate(refs, chosen, names, variant_list, rules, run_dir=out, settings=settings, workers=workers,
+                            backend=backend, ray_address=ray_address)
     except KeyboardInterrupt:
         saved = f"finished episodes are in {out}; rerun the same command to resume" if out else "nothing was saved (no --out)"
         typer.echo(f"\ninterrupted: {saved}", err=True)

@@ -27,6 +27,7 @@ from sparse_react.tasks import TaskType
 from sparse_react.trajectory import Episode, Failure, append_episode, read_episodes
 
 RUN_FORMAT = "sparse_react.run/1"
+BACKENDS = ("local", "ray")
 SETTINGS_FILE = "settings.json"
 EPISODES_FILE = "episodes.jsonl"
 
@@ -88,13 +89,15 @@ def open_run(run_dir: Path, settings: RunSettings) -> list[Episode]:
 
 def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[str] = "act",
              variants: Sequence[int] = (0,), rules: LoopRules = LoopRules(), run_dir: Path | None = None,
-             settings: RunSettings | None = None, progress: bool = True, workers: int = 1) -> list[Episode]:
+             settings: RunSettings | None = None, progress: bool = True, workers: int = 1,
+             backend: str = "local", ray_address: str | None = None) -> list[Episode]:
     """Play every game once per rhythm and variant (rhythm-major, then variant, then game order).
 
     With `run_dir`, finished episodes found there are kept and skipped, and each new one is
     appended as soon as it ends. `workers > 1` plays episodes in that many processes (the engine
     is not thread-safe); a worker that dies is replaced and its episode recorded as an error.
-    Returns all episodes of the run, in plan order.
+    `backend="ray"` sends each episode to a Ray cluster (`ray_address`, or a local instance);
+    this process stays the only writer of the run folder. Returns all episodes, in plan order.
     """
     rhythms = [rhythms] if isinstance(rhythms, str) else list(rhythms)
     plan = [(game, r, v) for r in rhythms for v in variants for game in games]
@@ -106,7 +109,14 @@ def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[s
     todo = [task for task in plan if episode_key(task[0].name, task[1], task[2]) not in done]
     bar = tqdm(total=len(plan), initial=len(done), desc=policy.name, unit="ep", disable=not progress)
     won = [e.won for e in done.values()]
-    play = _play_in_processes(todo, policy, rules, workers) if workers > 1 else _play_here(todo, policy, rules)
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; one of {', '.join(BACKENDS)}")
+    if backend == "ray":
+        play = _play_on_ray(todo, policy, rules, ray_address)
+    elif workers > 1:
+        play = _play_in_processes(todo, policy, rules, workers)
+    else:
+        play = _play_here(todo, policy, rules)
     for episode in play:
         done[episode_key(episode.settings["game_name"], episode.rhythm, episode.prompt_variant)] = episode
         if run_dir is not None:
@@ -192,6 +202,41 @@ def _play_in_processes(tasks: Sequence[Task], policy: Policy, rules: LoopRules, 
     finally:
         for proc in procs:
             proc.terminate()
+
+
+_RAY_ENV: HouseholdEnv | None = None  # one environment per Ray worker process
+
+
+def _play_remote(policy: Policy, rules: LoopRules, task: Task) -> dict:
+    global _RAY_ENV
+    game, rhythm, variant = task
+    _RAY_ENV = _RAY_ENV or HouseholdEnv([game], max_steps=rules.max_steps)
+    return run_episode(_RAY_ENV, policy, game, rhythm, variant, rules).to_dict()
+
+
+def _play_on_ray(tasks: Sequence[Task], policy: Policy, rules: LoopRules, address: str | None) -> Iterator[Episode]:
+    """Episodes played as Ray tasks, as they finish; a failed task (a dead worker) becomes an error."""
+    import ray
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    remote = ray.remote(max_retries=0)(_play_remote)
+    policy_ref = ray.put(policy)
+    pending = {remote.remote(policy_ref, rules, task): task for task in tasks}
+    try:
+        while pending:
+            [ref], _ = ray.wait(list(pending), num_returns=1)
+            task = pending.pop(ref)
+            try:
+                yield Episode.from_dict(ray.get(ref))
+            except Exception as exc:  # RayTaskError, WorkerCrashedError, ...
+                yield _crashed(task, policy, rules, f"Ray task failed: {type(exc).__name__}: {exc}".splitlines()[0])
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        if started_here:
+            ray.shutdown()
 
 
 def _crashed(task: Task, policy: Policy, rules: LoopRules, message: str) -> Episode:
