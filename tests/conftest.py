@@ -41,3 +41,4 @@ def bundled_unseen():
     from sparse_react.games.catalog import find_games
 
     return find_games("valid_unseen")
+

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -19,6 +18,7 @@ from sparse_react.games.files import load_game_data
 from sparse_react.policies.expert import ExpertPolicy
 from sparse_react.policies.random_admissible import RandomPolicy
 from sparse_react.trajectory import Failure, read_episodes
+from doubles import DiesOn
 
 EVAL = [sys.executable, "-m", "sparse_react.cli", "eval", "--games", "valid_unseen", "--policy", "random",
         "--rhythms", "act,sparse", "--limit", "10", "--max-steps", "30"]
@@ -96,23 +96,6 @@ def test_random_baseline_records_budget_failures(tmp_path, bundled_unseen):
     assert {e.failure for e in episodes} <= {Failure.BUDGET, Failure.LOOP, Failure.INVALID_STREAK}
 
 
-class CrashOn:
-    """A test double: plays like the expert, but its process dies on one game (as a segfault would)."""
-
-    name = "expert"
-
-    def __init__(self, game_name):
-        self.game_name, self.inner = game_name, ExpertPolicy()
-
-    def start(self, env, context):
-        if env.game.name == self.game_name:
-            os._exit(3)
-        self.inner.start(env, context)
-
-    def next_line(self, context, admissible):
-        return self.inner.next_line(context, admissible)
-
-
 def test_two_workers_play_the_same_episodes_as_one(bundled_unseen):
     games = bundled_unseen[::15]
     one = evaluate(games, ExpertPolicy(), ["sparse", "act"], progress=False)
@@ -125,7 +108,7 @@ def test_two_workers_play_the_same_episodes_as_one(bundled_unseen):
 def test_a_crashed_worker_is_an_error_episode_and_the_run_goes_on(tmp_path, bundled_unseen):
     games = bundled_unseen[:6]
     run = tmp_path / "run"
-    episodes = evaluate(games, CrashOn(games[2].name), "act", run_dir=run, progress=False, workers=2,
+    episodes = evaluate(games, DiesOn(games[2].name, 3), "act", run_dir=run, progress=False, workers=2,
                         settings=RunSettings("valid_unseen", "expert", ("act",)))
     crashed = [e for e in episodes if not e.won]
     assert [e.settings["game_name"] for e in crashed] == [games[2].name]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
@@ -10,29 +9,13 @@ import pytest
 from sparse_react.evaluate import EPISODES_FILE, RunSettings, evaluate
 from sparse_react.policies.expert import ExpertPolicy
 from sparse_react.trajectory import Failure, read_episodes
+from doubles import DiesOn
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs `pip install ray` (in the test extras)")
 
 
-class DieOn:
-    """Plays like the expert, but the Ray worker process dies on one game."""
-
-    name = "expert"
-
-    def __init__(self, game_name):
-        self.game_name, self.inner = game_name, ExpertPolicy()
-
-    def start(self, env, context):
-        if env.game.name == self.game_name:
-            os._exit(7)
-        self.inner.start(env, context)
-
-    def next_line(self, context, admissible):
-        return self.inner.next_line(context, admissible)
-
-
 def test_ray_backend_matches_local_resumes_and_records_crashes(tmp_path, bundled_unseen):
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests/
+    ray.cloudpickle.register_pickle_by_value(sys.modules[DiesOn.__module__])  # Ray workers cannot import tests/
     games = bundled_unseen[::20]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
@@ -52,7 +35,7 @@ def test_ray_backend_matches_local_resumes_and_records_crashes(tmp_path, bundled
         assert len(stored) == len(resumed) == 2 * len(games)
         assert len({(e.settings["game_name"], e.rhythm) for e in stored}) == len(stored)
 
-        crashed = evaluate(games[:3], DieOn(games[1].name), "act", progress=False, backend="ray")
+        crashed = evaluate(games[:3], DiesOn(games[1].name, 7), "act", progress=False, backend="ray")
         assert [e.won for e in crashed] == [True, False, True]
         assert crashed[1].failure is Failure.ERROR and "Ray task failed" in crashed[1].error
     finally:
