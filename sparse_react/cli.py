@@ -269,13 +269,13 @@ def eval_(
                             "loop_repeats": rules.loop_repeats},
                            {"limit": limit, "task_types": task_types, "filter": filter},
                            {"seed": seed, "action_mode": action_mode})
+    _INTERRUPTED[0] = (f"finished episodes are in {out}; rerun the same command to resume" if out
+                       else "nothing was saved (no --out)")
     try:
         episodes = evaluate(refs, chosen, names, variant_list, rules, run_dir=out, settings=settings, workers=workers,
                             backend=backend, ray_address=ray_address)
     except KeyboardInterrupt:
-        saved = f"finished episodes are in {out}; rerun the same command to resume" if out else "nothing was saved (no --out)"
-        typer.echo(f"\ninterrupted: {saved}", err=True)
-        raise typer.Exit(130) from None
+        _interrupted()
     typer.echo(success_table(episodes, label=chosen.name, by_rhythm=True))
     for episode in episodes:
         if episode.error:
@@ -303,6 +303,16 @@ def main() -> None:
     except USER_ERRORS as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except KeyboardInterrupt:  # one that got past the command's own handler
+        _interrupted()
+
+
+_INTERRUPTED = ["stopped"]  # what an interrupted command has saved, set by the command
+
+
+def _interrupted() -> None:
+    typer.echo(f"\ninterrupted: {_INTERRUPTED[0]}", err=True)
+    sys.exit(130)
 
 
 
