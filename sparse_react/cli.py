@@ -59,6 +59,13 @@ def cache_clear() -> None:
     typer.echo(f"removed {cache.clear()} entries from {cache.folder}")
 
 
+def _games_with_index(game: str, index: int) -> list:
+    refs = find_games(game)
+    if not 0 <= index < len(refs):
+        raise GameSetError(f"index {index} is out of range: {game} holds {len(refs)} games")
+    return refs
+
+
 def _task_types(text: Optional[str]) -> Optional[list[TaskType]]:
     return [TaskType.parse(t) for t in text.split(",")] if text else None
 
@@ -80,9 +87,7 @@ def games_show(game: str = typer.Argument(..., help="A game file or a game set."
     """Show one game: its task, first observation, admissible commands and solution."""
     from sparse_react.env import HouseholdEnv
 
-    refs = find_games(game)
-    if not 0 <= index < len(refs):
-        raise GameSetError(f"index {index} is out of range: {game} holds {len(refs)} games")
+    refs = _games_with_index(game, index)
     env = HouseholdEnv(refs)
     observation, info = env.reset(options={"game": refs[index]})
     typer.echo(f"game:      {info['game_file']}\ntask type: {info['task_type']}\ntask:      {info['task']}\n")
@@ -115,9 +120,7 @@ def play(game: str = typer.Argument(..., help="A game file or a game set."),
     """Play a game yourself: type commands, `admissible` to list them, `quit` to stop."""
     from sparse_react.env import HouseholdEnv, ThinkWrapper
 
-    refs = find_games(game)
-    if not 0 <= index < len(refs):
-        raise GameSetError(f"index {index} is out of range: {game} holds {len(refs)} games")
+    refs = _games_with_index(game, index)
     env = ThinkWrapper(HouseholdEnv(refs, max_steps=max_steps))
     observation, info = env.reset(options={"game": refs[index]})
     typer.echo(observation)
@@ -161,9 +164,7 @@ def run(
     from sparse_react.rhythms import get_rhythm
     from sparse_react.trajectory import append_episode
 
-    refs = find_games(game)
-    if not 0 <= index < len(refs):
-        raise GameSetError(f"index {index} is out of range: {game} holds {len(refs)} games")
+    refs = _games_with_index(game, index)
     chosen, rule = _policy(policy, model, seed, action_mode, device), get_rhythm(rhythm)
     env = HouseholdEnv(refs)
     typer.echo(typer.style(f"{refs[index].name} · {rule.name} · {chosen.name}", bold=True))
