@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from importlib import metadata
 from typing import Callable, Protocol, Sequence
 
@@ -89,8 +90,14 @@ class LoopRules:
     loop_repeats: int = 3
 
 
+@lru_cache(maxsize=1)
+def _versions() -> tuple[tuple[str, str], ...]:
+    return tuple((p, metadata.version(p)) for p in ("sparse_react", "alfworld", "textworld"))
+
+
 def versions() -> dict[str, str]:
-    return {p: metadata.version(p) for p in ("sparse_react", "alfworld", "textworld")}
+    """The package versions every episode record carries (read once per process)."""
+    return dict(_versions())
 
 
 def run_episode(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | Rhythm = "sparse",

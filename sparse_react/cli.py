@@ -206,17 +206,16 @@ def resume(
 ) -> None:
     """Edit (or insert) one thought of a recorded episode, replay up to it, and let the policy go on."""
     from sparse_react.policies import make_policy
+    from sparse_react.resume import load_episode
     from sparse_react.resume import resume as resume_episode
-    from sparse_react.trajectory import append_episode, read_episodes
+    from sparse_react.trajectory import append_episode
 
     if bool(edit[0]) == bool(insert[0]):
         raise RecordError("give exactly one of --edit STEP THOUGHT or --insert STEP THOUGHT")
     step, thought = edit if edit[0] else insert
-    episodes = read_episodes(record)
-    if not 0 <= episode < len(episodes):
-        raise RecordError(f"episode {episode} is out of range: {record} holds {len(episodes)} episodes")
-    chosen = make_policy(policy or episodes[episode].policy, seed)
-    new, mismatches = resume_episode(record, episode, step, thought, chosen, insert=bool(insert[0]))
+    old = load_episode(record, episode)
+    chosen = make_policy(policy or old.policy, seed)
+    new, mismatches = resume_episode(record, episode, step, thought, chosen, insert=bool(insert[0]), old=old)
     for entry in new.entries:
         _print_entry(entry)
     if mismatches:
@@ -246,6 +245,7 @@ def eval_(
 ) -> None:
     """Play every selected game once per rhythm and print the success table by task type."""
     import re
+    from dataclasses import asdict
 
     from sparse_react.agent import LoopRules
     from sparse_react.evaluate import RunSettings, evaluate, success_table
@@ -266,8 +266,7 @@ def eval_(
     chosen = _policy(policy, model, seed, action_mode)
     rules = LoopRules(max_steps=max_steps)
     settings = RunSettings(games, f"hf:{model}" if model else policy, tuple(names), tuple(variant_list),
-                           {"max_steps": max_steps, "thoughts_count": rules.thoughts_count,
-                            "loop_repeats": rules.loop_repeats},
+                           asdict(rules),
                            {"limit": limit, "task_types": task_types, "filter": filter},
                            {"seed": seed, "action_mode": action_mode})
     _INTERRUPTED[0] = (f"finished episodes are in {out}; rerun the same command to resume" if out

@@ -73,8 +73,6 @@ class TranslationCache:
         self._size = size
         self._memo: OrderedDict[str, Any] = OrderedDict()
         self.disk = disk
-        self.hits = 0
-        self.misses = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._module, name)
@@ -82,10 +80,8 @@ class TranslationCache:
     def pddl2sas(self, domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> Any:
         key = _digest(domain, problem, str(bool(optimize)))
         if key in self._memo:
-            self.hits += 1
             self._memo.move_to_end(key)
             return self._memo[key]
-        self.misses += 1
         disk_key = self.disk.key(domain, problem, str(bool(optimize))) if self.disk else ""
         result = self.disk.get(disk_key) if self.disk else None
         if result is None:

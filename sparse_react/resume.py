@@ -69,17 +69,23 @@ def edited_lines(episode: Episode, step: int, thought: str, insert: bool) -> lis
     return [*episode.entries[: step - 1], Entry(step, Kind.THOUGHT, thought, THOUGHT_REPLY, mode="human")]
 
 
-def resume(record: str | Path, index: int, step: int, thought: str, policy: Policy,
-           insert: bool = False) -> tuple[Episode, list[int]]:
-    """Resume episode `index` (0-based) of a record file after editing (or inserting) a thought.
-
-    Returns the new episode and the steps whose replayed observation differed from the record.
-    Nothing is written; bad input raises RecordError before anything runs.
-    """
+def load_episode(record: str | Path, index: int) -> Episode:
+    """Episode `index` (0-based) of a record file; RecordError when there is no such episode."""
     episodes = read_episodes(record)
     if not 0 <= index < len(episodes):
         raise RecordError(f"episode {index} is out of range: {record} holds {len(episodes)} episodes")
-    old = episodes[index]
+    return episodes[index]
+
+
+def resume(record: str | Path, index: int, step: int, thought: str, policy: Policy,
+           insert: bool = False, old: Episode | None = None) -> tuple[Episode, list[int]]:
+    """Resume episode `index` (0-based) of a record file after editing (or inserting) a thought.
+
+    `old` is that episode when the caller has already read it. Returns the new episode and the
+    steps whose replayed observation differed from the record. Nothing is written; bad input
+    raises RecordError before anything runs.
+    """
+    old = old or load_episode(record, index)
     lines = edited_lines(old, step, thought, insert)
     game = game_ref(Path(old.game))
     replay = ReplayPolicy(lines, policy)

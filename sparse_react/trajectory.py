@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from sparse_react.engine import NOTHING_HAPPENS
 
@@ -159,10 +159,3 @@ def read_episodes(path: str | Path) -> list[Episode]:
             raise RecordError(f"{path}, line {number}: not an episode record ({exc})") from None
     return episodes
 
-
-def write_episodes(path: str | Path, episodes: Iterable[Episode]) -> None:
-    """Replace a record file with these episodes (written to a temporary file, then renamed)."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(e.to_dict()) + "\n" for e in episodes))
-    tmp.replace(path)

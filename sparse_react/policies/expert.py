@@ -38,11 +38,9 @@ class ExpertError(RuntimeError):
 class Progress:
     """Which subgoals of the task are done, read off the commands sent so far."""
 
-    taken: int = 0
     holding: bool = False
     transformed: bool = False
     placed: int = 0
-    lamp_on: bool = False
 
 
 class ExpertPolicy:
@@ -176,13 +174,11 @@ def _progress_of(turns: Sequence[tuple[str, str]]) -> Progress:
         if observation == NOTHING_HAPPENS or verb == "think:":
             continue
         if verb == "take":
-            p.taken, p.holding = p.taken + 1, True
+            p.holding = True
         elif verb == "move":
             p.placed, p.holding = p.placed + 1, False
         elif verb in TRANSFORM_VERBS:
             p.transformed = True
-        elif verb == "use":
-            p.lamp_on = True
     return p
 
 

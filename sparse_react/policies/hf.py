@@ -195,6 +195,7 @@ class HFPolicy:
         self.last_mode: str | None = None
         self.last_tokens = 0
         self._head = ("", "")
+        self._anchor = self.tokenizer("\n>", add_special_tokens=False)["input_ids"]
         self._reset_cache()
 
     @property
@@ -272,7 +273,7 @@ class HFPolicy:
 
     def _line_ids(self, line: str) -> list[int]:
         """Tokens of `line` as they follow the prompt's last `>` (tokenised in place, then split off)."""
-        anchor = self.tokenizer("\n>", add_special_tokens=False)["input_ids"]
+        anchor = self._anchor
         both = self.tokenizer("\n>" + line, add_special_tokens=False)["input_ids"]
         if both[:len(anchor)] == anchor and len(both) > len(anchor):
             return both[len(anchor):]
