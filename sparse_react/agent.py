@@ -7,7 +7,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from importlib import metadata
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Generator, Protocol, Sequence
 
 from sparse_react.env import HouseholdEnv, ThinkWrapper, is_thought
 from sparse_react.games.catalog import GameRef
@@ -81,6 +81,17 @@ class Policy(Protocol):
         """The next line, given the context so far and the commands the game accepts now."""
 
 
+class BatchPolicy(Policy, Protocol):
+    """A policy that decides for several live episodes at once (one forward pass for all), and is
+    told when an episode ends so it can free what it kept for it."""
+
+    def next_lines(self, requests: Sequence["Request"]) -> list["Decision"]:
+        """One decision per request, in order."""
+
+    def end(self, context: Context) -> None:
+        """The episode of `context` is over."""
+
+
 @dataclass(frozen=True)
 class LoopRules:
     """How an episode may end besides a win. `loop_repeats=0` turns loop detection off."""
@@ -100,6 +111,24 @@ def versions() -> dict[str, str]:
     return dict(_versions())
 
 
+@dataclass(frozen=True)
+class Decision:
+    """One line a policy chose, with how (`mode`) and the tokens it cost, as recorded in the entry."""
+
+    line: str
+    mode: str | None = None
+    tokens: int | None = None
+
+
+Request = tuple[Context, list[str]]  # what a policy is asked: the context and the admissible commands
+
+
+def decide(policy: Policy, context: Context, admissible: Sequence[str]) -> Decision:
+    """Ask a one-episode-at-a-time policy for its next line."""
+    line = policy.next_line(context, admissible)
+    return Decision(line, getattr(policy, "last_mode", policy.name), getattr(policy, "last_tokens", None))
+
+
 def run_episode(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | Rhythm = "sparse",
                 variant: int = 0, rules: LoopRules = LoopRules(),
                 on_entry: Callable[[Entry], None] | None = None) -> Episode:
@@ -107,6 +136,25 @@ def run_episode(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | 
 
     `on_entry` sees each entry as it happens (the CLI prints the trajectory with it).
     """
+    turns = episode_turns(env, policy, game, rhythm, variant, rules, on_entry)
+    try:
+        request = next(turns)
+        while True:
+            try:
+                decision = decide(policy, *request)
+            except Exception as exc:  # recorded by the episode as its error
+                request = turns.throw(exc)
+            else:
+                request = turns.send(decision)
+    except StopIteration as stop:
+        return stop.value
+
+
+def episode_turns(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | Rhythm = "sparse",
+                  variant: int = 0, rules: LoopRules = LoopRules(),
+                  on_entry: Callable[[Entry], None] | None = None) -> Generator[Request, Decision, Episode]:
+    """One episode as a generator: it yields each request for a line and is sent the Decision; it
+    returns the Episode. `run_episode` drives it with one policy; a batch driver drives many at once."""
     rhythm = get_rhythm(rhythm) if isinstance(rhythm, str) else rhythm
     env.max_steps = rules.max_steps
     react = ThinkWrapper(env, thoughts_count=rules.thoughts_count)
@@ -114,6 +162,7 @@ def run_episode(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | 
     episode = Episode(str(game.path), game.task_type.value, "", rhythm.name, policy.name, "", variant,
                       settings={**asdict(rules), "game_name": game.name}, versions=versions())
     ended_by: Failure | str | None = None
+    context = None
     try:  # a game that fails to load, a policy, rhythm or engine failure ends this episode, not the run
         observation, info = react.reset(options={"game": game})
         episode.task, episode.initial_observation = info["task"], observation
@@ -121,14 +170,14 @@ def run_episode(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | 
         policy.start(env, context)
         while ended_by is None:
             t0 = time.perf_counter()
-            line = policy.next_line(context, info["admissible_commands"]).strip()
+            decision = yield context, list(info["admissible_commands"])
+            line = decision.line.strip()
             kind = Kind.THOUGHT if is_thought(line) else Kind.ACTION
             rhythm.check(kind, context.previous_kind)
             observation, _, _, truncated, info = react.step(line)
             text = line[len(THINK.strip()):].strip() if kind is Kind.THOUGHT else line
             episode.entries.append(Entry(len(episode.entries) + 1, kind, text, observation, time.perf_counter() - t0,
-                                         tokens=getattr(policy, "last_tokens", None),
-                                         mode=getattr(policy, "last_mode", policy.name)))
+                                         tokens=decision.tokens, mode=decision.mode))
             context.append(line, observation)
             if on_entry:
                 on_entry(episode.entries[-1])
@@ -137,6 +186,9 @@ def run_episode(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | 
                 ended_by = Failure.LOOP
     except Exception as exc:
         ended_by, episode.error = Failure.ERROR, f"{type(exc).__name__}: {exc}"
+    finally:
+        if context is not None and hasattr(policy, "end"):
+            policy.end(context)
     episode.won = ended_by == "won"
     episode.failure = None if episode.won else classify_failure(episode, ended_by)
     episode.wall_time = time.perf_counter() - started

@@ -23,6 +23,7 @@ app.add_typer(cache_app, name="cache")
 # Every error that is the user's to fix (GameSetError, GameFileError, UnknownTaskError, PolicyError,
 # RhythmError, PromptError, RecordError, ModelError, bad settings) is a ValueError.
 USER_ERRORS = (ValueError,)
+DEFAULT_MODEL_BATCH = 8  # episodes decided together: 1.95x one at a time here (benchmarks/bench_batch.py)
 
 
 @app.callback()
@@ -228,10 +229,10 @@ def resume(
 @app.command("eval")
 def eval_(
     games: str = typer.Option("valid_unseen", help="Game set: bundled split, alfworld:<split>, folder or file."),
-    policy: str = typer.Option("expert", help="expert, random, hf (the embedded SmolLM2-135M) or scripted:FILE."),
+    policy: str = typer.Option("hf", help="hf (the embedded SmolLM2-135M), expert, random or scripted:FILE."),
     model: Optional[str] = typer.Option(None, help="A local model folder or .gguf file (implies --policy hf)."),
     action_mode: str = typer.Option("scored", help="Model actions: scored or free."),
-    rhythms: str = typer.Option("act", "--rhythms", "--rhythm", help="Comma-separated: sparse,dense,im,act."),
+    rhythms: str = typer.Option("sparse", "--rhythms", "--rhythm", help="Comma-separated: sparse,dense,im,act."),
     variants: str = typer.Option("0", help="Comma-separated prompt variants (0-5)."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N games (after the filters)."),
     task_types: Optional[str] = typer.Option(None, help="Comma-separated task types."),
@@ -240,6 +241,8 @@ def eval_(
     seed: int = typer.Option(0, help="Seed of the random policy / model sampling."),
     out: Optional[Path] = typer.Option(None, help="Run folder: episodes appended as they finish; rerun to resume."),
     workers: int = typer.Option(1, min=1, help="Processes playing episodes in parallel."),
+    batch: Optional[int] = typer.Option(None, min=1, help="Episodes live at once per process, decided together "
+                                                        "(one forward pass for all; default 8 for models, else 1)."),
     backend: str = typer.Option("local", help="local (this machine's processes) or ray."),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address (default: start a local Ray)."),
 ) -> None:
@@ -273,7 +276,8 @@ def eval_(
                        else "nothing was saved (no --out)")
     try:
         episodes = evaluate(refs, chosen, names, variant_list, rules, run_dir=out, settings=settings, workers=workers,
-                            backend=backend, ray_address=ray_address)
+                            backend=backend, ray_address=ray_address,
+                            batch=batch or (DEFAULT_MODEL_BATCH if hasattr(chosen, "next_lines") else 1))
     except KeyboardInterrupt:
         _interrupted()
     typer.echo(success_table(episodes, label=chosen.name, by_rhythm=True))

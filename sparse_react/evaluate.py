@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from tqdm import tqdm
 
 import sparse_react
-from sparse_react.agent import LoopRules, Policy, run_episode, versions
+from sparse_react.agent import Decision, LoopRules, Policy, Request, decide, episode_turns, run_episode, versions
 from sparse_react.env import HouseholdEnv
 from sparse_react.games.catalog import GameRef
 from sparse_react.tasks import TaskType
@@ -90,12 +90,14 @@ def open_run(run_dir: Path, settings: RunSettings) -> list[Episode]:
 def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[str] = "act",
              variants: Sequence[int] = (0,), rules: LoopRules = LoopRules(), run_dir: Path | None = None,
              settings: RunSettings | None = None, progress: bool = True, workers: int = 1,
-             backend: str = "local", ray_address: str | None = None) -> list[Episode]:
+             backend: str = "local", ray_address: str | None = None, batch: int = 1) -> list[Episode]:
     """Play every game once per rhythm and variant (rhythm-major, then variant, then game order).
 
     With `run_dir`, finished episodes found there are kept and skipped, and each new one is
     appended as soon as it ends. `workers > 1` plays episodes in that many processes (the engine
-    is not thread-safe); a worker that dies is replaced and its episode recorded as an error.
+    is not thread-safe); a worker that dies is replaced and its episodes recorded as errors.
+    `batch > 1` keeps that many episodes live per process and asks the policy for all their next
+    lines at once (`next_lines`: one forward pass for all with a model policy).
     `backend="ray"` sends each episode to a Ray cluster (`ray_address`, or a local instance);
     this process stays the only writer of the run folder. Returns all episodes, in plan order.
     """
@@ -114,9 +116,9 @@ def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[s
     if backend == "ray":
         play = _play_on_ray(todo, policy, rules, ray_address)
     elif workers > 1:
-        play = _play_in_processes(todo, policy, rules, workers)
+        play = _play_in_processes(todo, policy, rules, workers, batch)
     else:
-        play = _play_here(todo, policy, rules)
+        play = (episode for _, episode in _play_batched(enumerate(todo), policy, rules, batch))
     for episode in play:
         done[episode_key(episode.settings["game_name"], episode.rhythm, episode.prompt_variant)] = episode
         if run_dir is not None:
@@ -131,11 +133,51 @@ def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[s
 Task = tuple[GameRef, str, int]
 
 
-def _play_here(tasks: Sequence[Task], policy: Policy, rules: LoopRules) -> Iterator[Episode]:
-    env = None
-    for game, rhythm, variant in tasks:
-        env = env or HouseholdEnv([game], max_steps=rules.max_steps)
-        yield run_episode(env, policy, game, rhythm, variant, rules)
+def decide_all(policy: Policy, requests: Sequence[Request]) -> list[Decision | Exception]:
+    """A decision (or the exception that stopped it) per request: one batched call when the policy
+    has `next_lines`; if that call fails, each request alone, so one bad episode spoils no other."""
+    if hasattr(policy, "next_lines") and len(requests) > 1:
+        try:
+            return policy.next_lines(requests)
+        except Exception:
+            pass
+    out: list[Decision | Exception] = []
+    for request in requests:
+        try:
+            out.append(decide(policy, *request))
+        except Exception as exc:
+            out.append(exc)
+    return out
+
+
+def _play_batched(tasks: Iterable[tuple[int, Task]], policy: Policy, rules: LoopRules,
+                  size: int = 1) -> Iterator[tuple[int, Episode]]:
+    """(index, episode) as each finishes, with up to `size` episodes live at once, each in its own
+    environment; every turn one `decide_all` call decides for all of them."""
+    todo, free_envs = iter(tasks), []
+    size = size if hasattr(policy, "next_lines") else 1  # other policies keep one episode's state
+    live: dict[Any, tuple[int, HouseholdEnv, Request]] = {}
+
+    def advance(turns: Any, index: int, env: HouseholdEnv, step: Any) -> Iterator[tuple[int, Episode]]:
+        try:
+            live[turns] = (index, env, step())
+        except StopIteration as stop:
+            live.pop(turns, None)
+            free_envs.append(env)
+            yield index, stop.value
+
+    while True:
+        while len(live) < size and (item := next(todo, None)) is not None:
+            index, (game, rhythm, variant) = item
+            env = free_envs.pop() if free_envs else HouseholdEnv([game], max_steps=rules.max_steps)
+            turns = episode_turns(env, policy, game, rhythm, variant, rules)
+            yield from advance(turns, index, env, turns.__next__)
+        if not live:
+            return
+        batch = list(live.items())
+        for (turns, (index, env, _)), decision in zip(batch, decide_all(policy, [r for _, (_, _, r) in batch])):
+            send = turns.throw if isinstance(decision, Exception) else turns.send
+            yield from advance(turns, index, env, lambda: send(decision))
 
 
 def _die_with_parent() -> None:
@@ -148,17 +190,20 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker(tasks: Any, results: Any, policy: Policy, rules: LoopRules, parent: int) -> None:
+def _worker(tasks: Any, results: Any, policy: Policy, rules: LoopRules, parent: int, batch: int) -> None:
     _die_with_parent()
-    env = None
-    while os.getppid() == parent and (item := tasks.get()) is not None:
-        index, (game, rhythm, variant) = item
-        results.put(("start", index, os.getpid()))
-        env = env or HouseholdEnv([game], max_steps=rules.max_steps)
-        results.put(("done", index, run_episode(env, policy, game, rhythm, variant, rules).to_dict()))
+
+    def taken() -> Iterator[tuple[int, Task]]:
+        while os.getppid() == parent and (item := tasks.get()) is not None:
+            results.put(("start", item[0], os.getpid()))
+            yield item
+
+    for index, episode in _play_batched(taken(), policy, rules, batch):
+        results.put(("done", index, episode.to_dict()))
 
 
-def _play_in_processes(tasks: Sequence[Task], policy: Policy, rules: LoopRules, workers: int) -> Iterator[Episode]:
+def _play_in_processes(tasks: Sequence[Task], policy: Policy, rules: LoopRules, workers: int,
+                       batch: int = 1) -> Iterator[Episode]:
     """Episodes from `workers` processes, as they finish; a dead worker's episode becomes an error."""
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     task_q, result_q = ctx.Queue(), ctx.Queue()
@@ -167,12 +212,12 @@ def _play_in_processes(tasks: Sequence[Task], policy: Policy, rules: LoopRules, 
     for _ in range(workers):
         task_q.put(None)
     def start() -> Any:
-        return ctx.Process(target=_worker, args=(task_q, result_q, policy, rules, os.getpid()), daemon=True)
+        return ctx.Process(target=_worker, args=(task_q, result_q, policy, rules, os.getpid(), batch), daemon=True)
 
     procs = [start() for _ in range(workers)]
     for proc in procs:
         proc.start()
-    running: dict[int, int] = {}  # pid -> task index
+    running: dict[int, set[int]] = {}  # pid -> indices of the episodes it is playing
     remaining = set(range(len(tasks)))
     try:
         while remaining:
@@ -181,8 +226,7 @@ def _play_in_processes(tasks: Sequence[Task], policy: Policy, rules: LoopRules, 
             except queue.Empty:
                 for proc in [p for p in procs if not p.is_alive() and p.exitcode not in (0, None)]:
                     procs.remove(proc)
-                    if proc.pid in running:
-                        index = running.pop(proc.pid)
+                    for index in sorted(running.pop(proc.pid, set()) & remaining):
                         remaining.discard(index)
                         yield _crashed(tasks[index], policy, rules, f"worker process {proc.pid} died "
                                                                   f"(exit code {proc.exitcode}) while playing this episode")
@@ -194,10 +238,11 @@ def _play_in_processes(tasks: Sequence[Task], policy: Policy, rules: LoopRules, 
                     return
                 continue
             if kind == "start":
-                running[payload] = index
+                running.setdefault(payload, set()).add(index)
             else:
                 remaining.discard(index)
-                running = {pid: i for pid, i in running.items() if i != index}
+                for indices in running.values():
+                    indices.discard(index)
                 yield Episode.from_dict(payload)
     finally:
         for proc in procs:

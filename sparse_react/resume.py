@@ -43,6 +43,10 @@ class ReplayPolicy:
         self.mismatches = []
         self.then.start(env, context)
 
+    def end(self, context: Context) -> None:
+        if hasattr(self.then, "end"):
+            self.then.end(context)
+
     def next_line(self, context: Context, admissible: Sequence[str]) -> str:
         if 0 < self._next <= len(self.lines):
             sent = self.lines[self._next - 1]

@@ -78,6 +78,7 @@ def test_play_ends_cleanly_on_end_of_input(bundled_unseen):
 
 
 def test_eval_prints_success_table(valid_seen_games):
-    result = cli("eval", "--games", "alfworld:valid_seen", "--task-types", "look", "--limit", "2")
+    result = cli("eval", "--games", "alfworld:valid_seen", "--policy", "expert", "--rhythms", "act",
+                 "--task-types", "look", "--limit", "2")
     assert result.returncode == 0, result.stderr
     assert "| expert (act) | – | – | – | – | 2/2 (100%) | – | 2/2 (100%) |" in result.stdout

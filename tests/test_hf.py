@@ -49,7 +49,7 @@ def _tiny_model(folder, chat: bool) -> None:
 def tiny(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny-chat" if request.param else "tiny-plain")
     _tiny_model(folder, request.param)
-    return folder, load_model(folder, device="cpu")
+    return folder, load_model(folder, device="cpu", dtype="float32")  # exact comparisons
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def _play(env, game, policy, rhythm, steps=8):
 def test_tiny_model_plays_admissible_actions_and_the_cache_changes_nothing(env, bundled_unseen, tiny, rhythm):
     folder, loaded = tiny
     game = bundled_unseen[0]
-    policy = HFPolicy(model=folder, device="cpu", max_thought_tokens=8)
+    policy = HFPolicy(model=folder, device="cpu", dtype="float32", max_thought_tokens=8)
     assert policy.chat == (folder.name.startswith("tiny-chat"))
     admissible_seen = _record_admissible(policy)
     cached = _play(env, game, policy, rhythm)
@@ -119,6 +119,24 @@ def test_free_mode_sends_normalised_text_and_counts_invalid_commands(env, bundle
     invalid = sum(e.text not in admissible for e, admissible in zip(episode.entries, seen))
     assert (policy.free_actions, policy.invalid_actions, policy.invalid_rate) == (4, invalid, invalid / 4)
     assert all(e.text and e.text == normalise_action(e.text) for e in episode.entries)
+
+
+@pytest.mark.parametrize("action_mode", ["scored", "free"])
+def test_batched_decisions_match_one_episode_at_a_time(bundled_unseen, tiny, action_mode):
+    from sparse_react.evaluate import evaluate
+
+    _, loaded = tiny
+    rules = LoopRules(max_steps=6, loop_repeats=0)
+    runs = {}
+    for batch in (1, 4):
+        policy = HFPolicy(loaded=loaded, action_mode=action_mode, max_thought_tokens=4)
+        episodes = evaluate(bundled_unseen[:3], policy, ["sparse", "dense"], rules=rules, progress=False, batch=batch)
+        assert all(e.error is None for e in episodes), [e.error for e in episodes]
+        runs[batch] = ([[(e.kind, e.text, e.mode, e.tokens) for e in ep.entries] for ep in episodes], policy.stats)
+    assert runs[4][0] == runs[1][0]
+    assert {mode for ep in runs[4][0] for *_, mode, _ in ep} >= {"think", action_mode}
+    assert runs[4][1]["tokens_encoded"] == runs[1][1]["tokens_encoded"]
+    assert runs[4][1]["forward_calls"] < runs[1][1]["forward_calls"]
 
 
 @pytest.mark.parametrize("raw, command", [

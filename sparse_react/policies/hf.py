@@ -19,12 +19,13 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
+from sparse_react.agent import Decision
 from sparse_react.env import HouseholdEnv, is_thought
 from sparse_react.prompts import THINK
 from sparse_react.trajectory import Kind
@@ -67,12 +68,23 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AMX or AVX512-BF16); elsewhere bfloat16 is emulated and slow."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
-    """None is float32 on CPU and bfloat16 on an accelerator; a name like `float16` is looked up in torch."""
+    """None is bfloat16 on an accelerator or a CPU with native bfloat16 (measured 1.4× faster alone and
+    2.2× in batches than float32 here, benchmarks/bench_batch.py), else float32; a name like
+    `float16` is looked up in torch."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype is None:
-        return torch.float32 if device.type == "cpu" else torch.bfloat16
+        return torch.bfloat16 if device.type != "cpu" or cpu_has_native_bf16() else torch.float32
     value = getattr(torch, str(dtype), None)
     if not isinstance(value, torch.dtype):
         raise ModelError(f"unknown dtype {dtype!r}")
@@ -167,15 +179,171 @@ def normalise_action(text: str) -> str:
     return " ".join(line.split())
 
 
+def _new_cache(config: Any) -> Any:
+    """A DynamicCache whose full-attention layers append in place (see `_growing_layer`)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=config)
+    cache.layers = [_growing_layer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
+
+
+def _growing_layer() -> Any:
+    """A DynamicLayer that keeps its keys and values in a buffer with spare room: appending a few
+    tokens (one decoding step, a scored candidate tree) writes them in place, where DynamicLayer
+    copies the whole cache on every forward pass."""
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            n, m = self.get_seq_length(), key_states.shape[-2]
+            if self.buffers is None or n + m > self.buffers[0].shape[-2] or self.buffers[0].shape[0] != key_states.shape[0]:
+                room = max(256, (n + m) * 3 // 2)
+                self.buffers = tuple(new.new_empty(*new.shape[:2], room, new.shape[-1])
+                                     for new in (key_states, value_states))
+                if n:
+                    self.buffers[0][..., :n, :], self.buffers[1][..., :n, :] = self.keys, self.values
+            self.buffers[0][..., n:n + m, :], self.buffers[1][..., n:n + m, :] = key_states, value_states
+            self.keys, self.values = self.buffers[0][..., :n + m, :], self.buffers[1][..., :n + m, :]
+            return self.keys, self.values
+
+        def reset(self) -> None:
+            self.buffers = None
+            super().reset()
+
+    return GrowingLayer()
+
+
+@dataclass
+class _Stream:
+    """What the policy keeps for one live episode: its token ids, their KV cache, and the
+    next-token log-probabilities after them."""
+
+    cache: Any
+    ids: list[int] = field(default_factory=list)
+    logprobs: torch.Tensor | None = None
+    head: tuple[str, str] = ("", "")
+    tokens: int = 0
+
+
+class _Batch:
+    """Several streams' KV caches as one left-padded batch for the forward passes of one turn.
+
+    A single stream is used in place (no copy). Every forward appends columns (`depth`-positioned,
+    masked per row: causal for text, tree-shaped for candidates, padding masked out); `keep`
+    writes a synced row's new columns back to its own stream, and `rewind` drops scratch columns.
+    """
+
+    def __init__(self, policy: "HFPolicy", streams: list[_Stream]) -> None:
+        self.policy, self.streams = policy, streams
+        lengths = [s.cache.get_seq_length() for s in streams]
+        self.pos = list(lengths)
+        if len(streams) == 1:
+            self.cache = streams[0].cache
+            self.valid = torch.ones(1, lengths[0], dtype=torch.bool)
+        else:
+            longest = max(lengths)
+            self.cache = _new_cache(policy.model.config)
+            self.valid = torch.zeros(len(streams), longest, dtype=torch.bool)
+            for row, n in enumerate(lengths):
+                self.valid[row, longest - n:] = True
+            for layer in range(len(streams[0].cache.layers)):
+                keys, values = (self._stack([getattr(s.cache.layers[layer], part) for s in streams], longest)
+                                for part in ("keys", "values"))
+                self.cache.update(keys, values, layer)
+
+    @staticmethod
+    def _stack(parts: list[torch.Tensor], longest: int) -> torch.Tensor:
+        out = parts[0].new_zeros(len(parts), parts[0].shape[1], longest, parts[0].shape[3])
+        for row, part in enumerate(parts):
+            if part.shape[2]:
+                out[row, :, longest - part.shape[2]:] = part[0]
+        return out
+
+    def mark(self) -> tuple[int, torch.Tensor, list[int]]:
+        return self.cache.get_seq_length(), self.valid.clone(), list(self.pos)
+
+    def rewind(self, mark: tuple[int, torch.Tensor, list[int]]) -> None:
+        length, self.valid, self.pos = mark[0], mark[1], list(mark[2])
+        if self.cache.get_seq_length() > length:
+            self.cache.crop(length - self.cache.get_seq_length())
+
+    def forward(self, rows: dict[int, list[int]], parents: dict[int, list[int]] | None = None,
+                count: bool = True) -> torch.Tensor:
+        """Append each row's tokens (rows not named get padding) and return the logits [B, q, V].
+
+        `parents` gives, per row, each token's parent index in that row (-1: the cached prefix
+        only), for tree-shaped candidates; without it each row's tokens are causal text.
+        """
+        policy, batch = self.policy, len(self.streams)
+        width = max(len(t) for t in rows.values())
+        length = self.cache.get_seq_length()
+        ids = torch.zeros(batch, width, dtype=torch.long)
+        positions = torch.zeros(batch, width, dtype=torch.long)
+        allow = torch.eye(width, dtype=torch.bool).repeat(batch, 1, 1)
+        real = torch.zeros(batch, width, dtype=torch.bool)
+        for row, tokens in rows.items():
+            n = len(tokens)
+            ids[row, :n] = torch.tensor(tokens, dtype=torch.long)
+            real[row, :n] = True
+            if parents is None:
+                allow[row, :n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
+                depth = list(range(n))
+            else:
+                depth = [0] * n
+                for i, parent in enumerate(parents[row]):
+                    if parent >= 0:
+                        allow[row, i, :n] = allow[row, parent, :n]
+                        depth[i] = depth[parent] + 1
+                    allow[row, i, i] = True
+            positions[row, :n] = torch.tensor(depth, dtype=torch.long) + self.pos[row]
+        for row in range(batch):
+            positions[row, ~real[row]] = self.pos[row]
+        seen = torch.cat([self.valid[:, None, :].expand(batch, width, length) & real[:, :, None], allow], dim=2)
+        dtype = policy.model.dtype
+        mask = torch.zeros(batch, 1, width, length + width, dtype=dtype)
+        mask.masked_fill_(~seen[:, None], torch.finfo(dtype).min)
+        policy.stats["forward_calls"] += 1
+        out = policy.model(input_ids=ids.to(policy.device), position_ids=positions.to(policy.device),
+                           attention_mask=mask.to(policy.device), use_cache=True, **{policy._cache_kwarg: self.cache})
+        self.valid = torch.cat([self.valid, real], dim=1)
+        if parents is None:
+            for row, tokens in rows.items():
+                self.pos[row] += len(tokens)
+        if count:  # generated tokens fed back are counted as generated, once
+            for row, tokens in rows.items():
+                self.streams[row].tokens += len(tokens)
+            policy.stats["tokens_encoded"] += sum(len(t) for t in rows.values())
+        return out.logits
+
+    def keep(self, start: int, rows: dict[int, list[int]]) -> None:
+        """Copy each synced row's new columns (from `start`) into its own stream's cache."""
+        if len(self.streams) == 1:
+            return
+        for row, tokens in rows.items():
+            stream_cache = self.streams[row].cache
+            for layer, batch_layer in enumerate(self.cache.layers):
+                stream_cache.update(batch_layer.keys[row:row + 1, :, start:start + len(tokens)],
+                                    batch_layer.values[row:row + 1, :, start:start + len(tokens)], layer)
+
+
 class HFPolicy:
     """A local causal LM that writes one line per turn (see the module docstring for how).
 
-    `stats` counts tokens_encoded, tokens_generated, full_reencodes and forward_calls;
-    `reuse_cache=False` recomputes everything each turn (the naive loop, for comparison).
-    In free mode, `invalid_actions`/`free_actions` give the rate of commands not admissible.
+    `next_lines` decides for several live episodes at once: their new tokens, candidates and
+    thoughts go through shared batched forward passes. `stats` counts tokens_encoded,
+    tokens_generated, full_reencodes and forward_calls; `reuse_cache=False` recomputes
+    everything each turn (the naive loop, for comparison). In free mode,
+    `invalid_actions`/`free_actions` give the rate of commands not admissible.
     """
 
     name = "hf"
+    SOLO_SYNC = 256  # a stream with more new tokens than this (a new episode) is encoded on its own
 
     def __init__(self, model: str | Path | None = None, action_mode: str = "scored", device: str = "auto",
                  dtype: str | torch.dtype | None = None, temperature: float = 0.0, seed: int = 0,
@@ -194,9 +362,10 @@ class HFPolicy:
         self.invalid_actions = self.free_actions = 0
         self.last_mode: str | None = None
         self.last_tokens = 0
-        self._head = ("", "")
         self._anchor = self.tokenizer("\n>", add_special_tokens=False)["input_ids"]
-        self._reset_cache()
+        self._think_ids = self._line_ids(" " + THINK.strip())
+        self._stops = {self.tokenizer.eos_token_id, *self._stop_ids()} - {None}
+        self._streams: dict[int, _Stream] = {}
 
     @property
     def invalid_rate(self) -> float:
@@ -204,43 +373,74 @@ class HFPolicy:
         return self.invalid_actions / self.free_actions if self.free_actions else 0.0
 
     def start(self, env: HouseholdEnv, context) -> None:
-        """A new episode: drop the cache."""
-        self._reset_cache()
+        """A new episode: a fresh stream (cache) for it."""
+        self._streams[id(context)] = self._new_stream()
+
+    def end(self, context) -> None:
+        """The episode is over: free its cache."""
+        self._streams.pop(id(context), None)
 
     def next_line(self, context, admissible: Sequence[str]) -> str:
         """The next line: a `think: ...` thought or a command, as the rhythm allows."""
-        before = self.stats["tokens_encoded"] + self.stats["tokens_generated"]
+        decision = self.next_lines([(context, admissible)])[0]
+        self.last_mode, self.last_tokens = decision.mode, decision.tokens
+        return decision.line
+
+    def next_lines(self, requests: Sequence[tuple[Any, Sequence[str]]]) -> list[Decision]:
+        """One decision per (context, admissible) request, decided together in batched passes."""
+        streams = [self._streams.setdefault(id(c), self._new_stream()) for c, _ in requests]
+        if len({id(s) for s in streams}) < len(streams):
+            raise ValueError("the same episode was asked for twice in one batch")
+        for stream in streams:
+            stream.tokens = 0
         with torch.inference_mode():
-            line = self._decide(context, list(admissible))
-        self.last_tokens = self.stats["tokens_encoded"] + self.stats["tokens_generated"] - before
-        return line
+            lines, modes = self._decide(streams, [c for c, _ in requests], [list(a) for _, a in requests])
+        return [Decision(line, mode, s.tokens) for line, mode, s in zip(lines, modes, streams)]
 
-    def _decide(self, context, admissible: list[str]) -> str:
-        self._sync(self._render(context))
-        allowed = context.allowed
-        if Kind.ACTION not in allowed:
-            return self._think()
-        scores: list[float] = []
-        if self.action_mode == "scored" or Kind.THOUGHT in allowed:
-            candidates = [self._line_ids(f" {c}\n") for c in admissible]
-            think = [self._line_ids(" " + THINK.strip())] if Kind.THOUGHT in allowed else []
-            scores = self._score(candidates + think)
-            if think and (not admissible or scores[-1] > max(scores[:-1])):
-                return self._think()
-            scores = scores[:len(admissible)]
-        if self.action_mode == "free":
-            return self._free_action(admissible)
-        self.last_mode = "scored"
-        return admissible[self._pick(scores)] if admissible else "look"
+    def _new_stream(self) -> _Stream:
+        return _Stream(_new_cache(self.model.config))
 
-    def _think(self) -> str:
-        self.last_mode = "think"
-        text = self._generate(self._line_ids(" " + THINK.strip()), self.max_thought_tokens).strip()
-        return THINK + text if text else EMPTY_THOUGHT
+    def _decide(self, streams: list[_Stream], contexts: list, admissibles: list[list[str]]) -> tuple[list[str], list[str]]:
+        pending = self._sync(streams, contexts)
+        batch = _Batch(self, streams)
+        if pending:
+            self._catch_up(batch, pending)
+        n = len(streams)
+        lines: list[str | None] = [None] * n
+        modes: list[str] = ["scored"] * n
+        thinkers, free = [], []
+        scored: dict[int, list[list[int]]] = {}
+        for row, (context, admissible) in enumerate(zip(contexts, admissibles)):
+            allowed = context.allowed
+            if Kind.ACTION not in allowed:
+                thinkers.append(row)
+            elif self.action_mode == "scored" or Kind.THOUGHT in allowed:
+                scored[row] = [self._line_ids(f" {c}\n") for c in admissible]
+                scored[row] += [self._think_ids] if Kind.THOUGHT in allowed else []
+            else:
+                free.append(row)
+        for row, scores in self._score(batch, scored).items():
+            admissible = admissibles[row]
+            if Kind.THOUGHT in contexts[row].allowed:
+                if not admissible or scores[-1] > max(scores[:-1]):
+                    thinkers.append(row)
+                    continue
+                scores = scores[:-1]
+            if self.action_mode == "free":
+                free.append(row)
+            else:
+                lines[row] = admissible[self._pick(scores)] if admissible else "look"
+        texts = self._generate(batch, {**{r: self._think_ids for r in thinkers}, **{r: [] for r in free}},
+                               {**{r: self.max_thought_tokens for r in thinkers}, **{r: MAX_ACTION_TOKENS for r in free}})
+        for row in thinkers:
+            text = texts[row].strip()
+            lines[row], modes[row] = (THINK + text if text else EMPTY_THOUGHT), "think"
+        for row in free:
+            lines[row], modes[row] = self._free_action(texts[row], admissibles[row]), "free"
+        return [line or "look" for line in lines], modes
 
-    def _free_action(self, admissible: list[str]) -> str:
-        self.last_mode = "free"
-        text = normalise_action(self._generate([], MAX_ACTION_TOKENS))
+    def _free_action(self, generated: str, admissible: list[str]) -> str:
+        text = normalise_action(generated)
         if is_thought(text):  # an action is due: drop a `think:` label the model wrote anyway
             text = normalise_action(text.split(":", 1)[1])
         text = text or "look"
@@ -262,10 +462,10 @@ class HFPolicy:
         return self.tokenizer.apply_chat_template([{"role": "user", "content": prefix.rstrip("\n")}],
                                                   tokenize=False, add_generation_prompt=True)
 
-    def _render(self, context) -> str:
-        if self._head[0] != context.prefix:
-            self._head = (context.prefix, self._render_head(context.prefix))
-        text = self._head[1] + context.text()[len(context.prefix):]
+    def _render(self, stream: _Stream, context) -> str:
+        if stream.head[0] != context.prefix:
+            stream.head = (context.prefix, self._render_head(context.prefix))
+        text = stream.head[1] + context.text()[len(context.prefix):]
         return text[:-1] if text.endswith(" ") else text
 
     def _encode(self, text: str) -> list[int]:
@@ -279,97 +479,107 @@ class HFPolicy:
             return both[len(anchor):]
         return self.tokenizer(line, add_special_tokens=False)["input_ids"]
 
-    # --- the model and its cache ----------------------------------------------------------------
-
-    def _reset_cache(self) -> None:
-        from transformers import DynamicCache
-
-        self._ids: list[int] = []
-        self._cache = DynamicCache(config=self.model.config)
-        self._logprobs: torch.Tensor | None = None
-
-    def _sync(self, text: str) -> None:
-        """Bring the cache up to `text`: encode only the new tokens when the old ones are a prefix."""
-        ids = self._encode(text)
-        if self.reuse_cache and ids == self._ids and self._logprobs is not None:
-            return
-        if not self.reuse_cache or ids[:len(self._ids)] != self._ids:
-            if self._ids and self.reuse_cache:
-                self.stats["full_reencodes"] += 1
-            self._reset_cache()
-        new = ids[len(self._ids):]
-        logits = self._forward(new, self._position(len(new)))
-        self._logprobs = torch.log_softmax(logits[0, -1].float(), dim=-1)
-        self._ids = ids
-        self.stats["tokens_encoded"] += len(new)
-
-    def _position(self, n: int, offset: int = 0) -> torch.Tensor:
-        start = self._cache.get_seq_length() + offset
-        return torch.arange(start, start + n, device=self.device).unsqueeze(0)
-
-    def _forward(self, ids: list[int], positions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        self.stats["forward_calls"] += 1
-        out = self.model(input_ids=torch.tensor([ids], device=self.device), position_ids=positions,
-                         attention_mask=mask, use_cache=True, **{self._cache_kwarg: self._cache})
-        return out.logits
-
-    def _score(self, candidates: list[list[int]]) -> list[float]:
-        """Mean log-probability of each candidate after the cached prefix, in one forward pass.
-
-        The candidates' proper prefixes form a token trie (`go to` is shared by every `go to X`);
-        its nodes are packed into one sequence whose tree mask lets each node attend to the whole
-        cached prefix and its own ancestors, so every shared token is encoded once.
-        """
-        assert self._logprobs is not None
-        nodes, tokens, parents = _trie(candidates)
-        logprobs = self._logprobs[None]
-        if tokens:
-            prefix = self._cache.get_seq_length()
-            allow = torch.zeros(len(tokens), len(tokens), dtype=torch.bool)
-            depth = [0] * len(tokens)
-            for i, parent in enumerate(parents):
-                if parent >= 0:
-                    allow[i] = allow[parent]
-                    depth[i] = depth[parent] + 1
-                allow[i, i] = True
-            mask = torch.zeros(len(tokens), prefix + len(tokens), dtype=self.model.dtype)
-            mask[:, prefix:].masked_fill_(~allow, torch.finfo(self.model.dtype).min)
-            positions = torch.tensor([depth], device=self.device) + prefix
-            logits = self._forward(tokens, positions, mask[None, None].to(self.device))
-            self._cache.crop(-len(tokens))
-            logprobs = torch.cat([logprobs, torch.log_softmax(logits[0].float(), dim=-1)])
-            self.stats["tokens_encoded"] += len(tokens)
-        scores = []
-        for c in candidates:
-            rows = [0] + [1 + nodes[tuple(c[:k])] for k in range(1, len(c))]
-            scores.append(float(logprobs[rows, c].mean()))
-        return scores
-
-    def _generate(self, forced: list[int], limit: int) -> str:
-        """Text generated after the cached prefix and `forced` tokens, up to a newline, EOS or `limit` tokens."""
-        assert self._logprobs is not None
-        prefix = self._cache.get_seq_length()
-        logprobs = self._logprobs
-        if forced:
-            logprobs = torch.log_softmax(self._forward(forced, self._position(len(forced)))[0, -1].float(), dim=-1)
-            self.stats["tokens_encoded"] += len(forced)
-        stops = {self.tokenizer.eos_token_id, *self._stop_ids()} - {None}
-        out: list[int] = []
-        while len(out) < limit:
-            token = self._sample(logprobs)
-            if token in stops:
-                break
-            out.append(token)
-            if "\n" in self.tokenizer.decode(out[-1:]):
-                break
-            logprobs = torch.log_softmax(self._forward([token], self._position(1))[0, -1].float(), dim=-1)
-        self.stats["tokens_generated"] += len(out)
-        self._cache.crop(prefix - self._cache.get_seq_length())
-        return self.tokenizer.decode(out, skip_special_tokens=True).split("\n")[0]
-
     def _stop_ids(self) -> list[int]:
         end = self.tokenizer.convert_tokens_to_ids("<|im_end|>") if self.chat else None
         return [end] if isinstance(end, int) and end != self.tokenizer.unk_token_id else []
+
+    # --- the model and its caches ---------------------------------------------------------------
+
+    def _sync(self, streams: list[_Stream], contexts: list) -> dict[int, list[int]]:
+        """Each stream's new tokens (when its old ones are a prefix of its context, else all of
+        them, from an empty cache). Long catch-ups (a new episode) are encoded here, each alone;
+        the short ones are returned, to go through the turn's batch together."""
+        pending: dict[int, list[int]] = {}
+        for row, (stream, context) in enumerate(zip(streams, contexts)):
+            ids = self._encode(self._render(stream, context))
+            if self.reuse_cache and ids == stream.ids and stream.logprobs is not None:
+                continue
+            if not self.reuse_cache or ids[:len(stream.ids)] != stream.ids:
+                if stream.ids and self.reuse_cache:
+                    self.stats["full_reencodes"] += 1
+                stream.cache, stream.ids = self._new_stream().cache, []
+            if len(ids) - len(stream.ids) > self.SOLO_SYNC and len(streams) > 1:
+                self._catch_up(_Batch(self, [stream]), {0: ids})
+            else:
+                pending[row] = ids
+        return pending
+
+    def _catch_up(self, batch: _Batch, targets: dict[int, list[int]]) -> None:
+        """Encode each row's tokens beyond its stream's ids, keep them, and note the log-probs after."""
+        new = {row: ids[len(batch.streams[row].ids):] for row, ids in targets.items()}
+        start = batch.cache.get_seq_length()
+        logits = batch.forward(new)
+        batch.keep(start, new)
+        for row, ids in targets.items():
+            stream = batch.streams[row]
+            stream.logprobs = torch.log_softmax(logits[row, len(new[row]) - 1].float(), dim=-1)
+            stream.ids = ids
+
+    def _score(self, batch: _Batch, candidates: dict[int, list[list[int]]]) -> dict[int, list[float]]:
+        """Mean log-probability of each row's candidates after its cached text, in one forward pass.
+
+        Each row's candidates' proper prefixes form a token trie (`go to` is shared by every
+        `go to X`); its nodes are packed into the row with a tree mask, so every shared token is
+        encoded once and each node attends to its row's text and its own ancestors only.
+        """
+        tries = {row: _trie(c) for row, c in candidates.items()}
+        rows = {row: t[1] for row, t in tries.items() if t[1]}
+        logits = None
+        if rows:
+            mark = batch.mark()
+            logits = batch.forward(rows, {row: tries[row][2] for row in rows})
+            batch.rewind(mark)
+        scores = {}
+        for row, cands in candidates.items():
+            nodes, tokens, _ = tries[row]
+            logprobs = batch.streams[row].logprobs[None]
+            if tokens:
+                logprobs = torch.cat([logprobs, torch.log_softmax(logits[row, :len(tokens)].float(), dim=-1)])
+            scores[row] = [float(logprobs[[0] + [1 + nodes[tuple(c[:k])] for k in range(1, len(c))], c].mean())
+                           for c in cands]
+        return scores
+
+    def _generate(self, batch: _Batch, forced: dict[int, list[int]], limits: dict[int, int]) -> dict[int, str]:
+        """Per row: text generated after its cached text and `forced` tokens, to a newline, EOS or
+        its limit; all rows step together and the generated tokens are dropped from the cache after."""
+        if not forced:
+            return {}
+        if len(forced) < len(batch.streams):  # decode only the rows that write: a smaller batch, or in place
+            rows = sorted(forced)
+            texts = self._generate(_Batch(self, [batch.streams[r] for r in rows]),
+                                   {i: forced[r] for i, r in enumerate(rows)}, {i: limits[r] for i, r in enumerate(rows)})
+            return {r: texts[i] for i, r in enumerate(rows)}
+        mark = batch.mark()
+        logprobs = {row: batch.streams[row].logprobs for row in forced}
+        with_forced = {row: ids for row, ids in forced.items() if ids}
+        if with_forced:
+            logits = batch.forward(with_forced)
+            for row, ids in with_forced.items():
+                logprobs[row] = torch.log_softmax(logits[row, len(ids) - 1].float(), dim=-1)
+        out: dict[int, list[int]] = {row: [] for row in forced}
+        live = set(forced)
+        while live:
+            step = {}
+            for row in sorted(live):
+                token = self._sample(logprobs[row])
+                if token in self._stops:
+                    live.discard(row)
+                    continue
+                out[row].append(token)
+                if "\n" in self.tokenizer.decode([token]) or len(out[row]) >= limits[row]:
+                    live.discard(row)
+                else:
+                    step[row] = [token]
+            if not step:
+                break
+            logits = batch.forward(step, count=False)
+            for row in step:
+                logprobs[row] = torch.log_softmax(logits[row, 0].float(), dim=-1)
+        batch.rewind(mark)
+        for row, tokens in out.items():
+            batch.streams[row].tokens += len(tokens)
+            self.stats["tokens_generated"] += len(tokens)
+        return {row: self.tokenizer.decode(tokens, skip_special_tokens=True).split("\n")[0] for row, tokens in out.items()}
 
     def _sample(self, logprobs: torch.Tensor) -> int:
         if self.temperature <= 0:
