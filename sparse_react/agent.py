@@ -16,6 +16,11 @@ from sparse_react.rhythms import Rhythm, get_rhythm
 from sparse_react.tasks import TaskType
 from sparse_react.trajectory import Entry, Episode, Failure, Kind, classify_failure
 
+ZERO_SHOT_INSTRUCTION = {
+    True: "You act in a household to finish a task. Each turn, write one line: a command the game "
+          "accepts, or a thought that starts with 'think:'.",
+    False: "You act in a household to finish a task. Each turn, write one command the game accepts.",
+}
 INSTRUCTION = {
     True: "You act in a household to finish a task. Each turn, write one line: a command the game "
           "accepts, or a thought that starts with 'think:'. Two solved examples come first.",
@@ -51,7 +56,7 @@ class Context:
 
     @property
     def last_observation(self) -> str:
-        return self.turns[-1][1] if self.turns else self.prefix.rstrip().rpartition("Your turn.\n")[2]
+        return self.turns[-1][1] if self.turns else self.first_observation
 
     @property
     def previous_kind(self) -> Kind | None:
@@ -61,8 +66,22 @@ class Context:
     def allowed(self) -> frozenset[Kind]:
         return self.rhythm.allowed(self.previous_kind)
 
+    @property
+    def first_observation(self) -> str:
+        return self.prefix.rstrip().rpartition("Your turn.\n")[2]
+
+    @property
+    def zero_shot_prefix(self) -> str:
+        """The prefix without examples: what a model fine-tuned on this project's episodes sees."""
+        return ZERO_SHOT_INSTRUCTION[self.rhythm.thinks] + "\n\n" + self.first_observation + "\n"
+
+    def body(self, window: int = 0) -> str:
+        """The turns after the prefix, ending with `> `; with `window > 0`, only the last `window` turns."""
+        turns = self.turns[-window:] if window > 0 else self.turns
+        return "".join(f"> {line}\n{obs}\n" for line, obs in turns) + "> "
+
     def text(self) -> str:
-        return self.prefix + "".join(f"> {line}\n{obs}\n" for line, obs in self.turns) + "> "
+        return self.prefix + self.body()
 
 
 class Policy(Protocol):

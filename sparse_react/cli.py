@@ -300,6 +300,55 @@ def report(
     typer.echo("\nwritten: " + ", ".join(str(p) for p in paths.values()))
 
 
+@app.command("export")
+def export_(
+    runs: list[Path] = typer.Argument(..., help="Run folders (or episode .jsonl files) to take won episodes from."),
+    out: Path = typer.Option(..., help="The training data file to write (JSON lines, chat messages)."),
+    rhythm: Optional[str] = typer.Option(None, help="Keep only this rhythm's episodes."),
+    exclude: Optional[str] = typer.Option(None, help="Comma-separated evaluation sets whose games may not be "
+                                                     "exported (default: valid_unseen, valid_seen, alfworld:valid_*)."),
+) -> None:
+    """Turn won episodes into fine-tuning data; refuses any evaluation game."""
+    from sparse_react.export import DEFAULT_EVAL_SETS, export
+
+    sets = [e.strip() for e in exclude.split(",") if e.strip()] if exclude is not None else DEFAULT_EVAL_SETS
+    summary = export(runs, out, sets, rhythm)
+    counts = ", ".join(f"{n} {r}" for r, n in summary.by_rhythm.items())
+    typer.echo(f"wrote {summary.examples} examples ({counts}) to {summary.path}; "
+               f"{summary.not_won} episodes not won were left out")
+
+
+@app.command()
+def finetune(
+    data: Path = typer.Option(..., help="Training data from `sparse-react export` (one rhythm)."),
+    out: Path = typer.Option(..., help="The model folder to write; its checkpoints/ make a rerun resume."),
+    base: Optional[str] = typer.Option(None, help="Base causal LM: a local folder or .gguf (default: the embedded SmolLM2-135M)."),
+    epochs: float = typer.Option(1.0, help="Passes over the data (ignored when --max-steps is set)."),
+    max_steps: int = typer.Option(0, min=0, help="Optimizer steps (0: from --epochs)."),
+    learning_rate: float = typer.Option(5e-5),
+    batch_size: int = typer.Option(4, min=1),
+    grad_accum: int = typer.Option(2, min=1, help="Batches per optimizer step."),
+    max_length: int = typer.Option(2048, min=16, help="Tokens per example (longer ones are cut)."),
+    save_steps: int = typer.Option(100, min=1, help="Checkpoint every N optimizer steps."),
+    seed: int = typer.Option(0),
+    device: str = typer.Option("auto", help="auto, cpu, cuda, ..."),
+) -> None:
+    """Fine-tune a local causal LM on exported episodes; writes a model folder `--model` loads."""
+    from sparse_react.finetune import FinetuneSettings
+    from sparse_react.finetune import finetune as train
+
+    settings = FinetuneSettings(str(data), base, epochs, max_steps, learning_rate, batch_size, grad_accum,
+                                max_length, save_steps, seed, device)
+    _INTERRUPTED[0] = f"checkpoints are in {out / 'checkpoints'}; rerun the same command to resume"
+    try:
+        card = train(settings, out)
+    except KeyboardInterrupt:
+        _interrupted()
+    typer.echo(f"trained {card['steps']} steps on {card['examples']} {card['rhythm']} examples "
+               f"(loss {card['first_loss']} → {card['last_loss']}); model in {out}: "
+               f"sparse-react eval --model {out} --rhythms {card['rhythm']}")
+
+
 def main() -> None:
     """Entry point: user errors end with one clear line and exit status 2, never a traceback."""
     try:

@@ -16,39 +16,13 @@ transformers = pytest.importorskip("transformers")
 from sparse_react.agent import LoopRules, run_episode  # noqa: E402
 from sparse_react.env import HouseholdEnv  # noqa: E402
 from sparse_react.policies.hf import HFPolicy, ModelError, load_model, normalise_action  # noqa: E402
-from sparse_react.prompts import prompts_dir  # noqa: E402
 from sparse_react.trajectory import Kind  # noqa: E402
-
-CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
-def _tiny_model(folder, chat: bool) -> None:
-    """A randomly initialised 2-layer Llama and a byte-level BPE tokenizer trained on the prompts."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator([p.read_text() for p in sorted(prompts_dir().glob("*.yaml"))], trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
-    if chat:
-        fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(folder)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
-                         eos_token_id=fast.eos_token_id, bos_token_id=fast.bos_token_id)
-    LlamaForCausalLM(config).save_pretrained(folder)
-
+from tiny import tiny_model  # noqa: E402
 
 @pytest.fixture(scope="module", params=[False, True], ids=["plain", "chat"])
 def tiny(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny-chat" if request.param else "tiny-plain")
-    _tiny_model(folder, request.param)
+    tiny_model(folder, request.param)
     return folder, load_model(folder, device="cpu", dtype="float32")  # exact comparisons
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ACTION_MODES = ("scored", "free")
 EMPTY_THOUGHT = THINK + "..."
 MAX_ACTION_TOKENS = 32
+MODEL_CARD = "sparse_react.json"
 
 
 class ModelError(ValueError):
@@ -143,6 +145,26 @@ def _load_error(what: Path | str, exc: Exception) -> ModelError:
         return ModelError(f"cannot load GGUF model {what}: not a valid GGUF file or an architecture transformers "
                           f"does not support ({reason})")
     return ModelError(f"cannot load model from {what} ({reason})")
+
+
+def render_head(tokenizer: Any, prefix: str, chat: bool) -> str:
+    """The episode's fixed prefix as the model reads it: one user message under a chat template,
+    after which the turns continue as raw text; or the plain prefix without one."""
+    if not chat:
+        return prefix
+    return tokenizer.apply_chat_template([{"role": "user", "content": prefix.rstrip("\n")}],
+                                         tokenize=False, add_generation_prompt=True)
+
+
+def model_card(source: str | Path) -> dict:
+    """The `sparse_react.json` a fine-tuned model folder carries (how it was trained and how it
+    wants to be prompted), or {} for any other model."""
+    path = Path(source)
+    card = (path if path.is_dir() else path.parent) / MODEL_CARD
+    try:
+        return json.loads(card.read_text()) if card.is_file() else {}
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{card} is not a readable model card: {exc}") from None
 
 
 def _trie(candidates: list[list[int]]) -> tuple[dict[tuple[int, ...], int], list[int], list[int]]:
@@ -335,7 +357,9 @@ class _Batch:
 class HFPolicy:
     """A local causal LM that writes one line per turn (see the module docstring for how).
 
-    `next_lines` decides for several live episodes at once: their new tokens, candidates and
+    `shots=0` drops the prompt's examples (the default for a model fine-tuned here, whose folder
+    says so); `window > 0` shows only the last `window` turns of a long episode (the whole
+    history otherwise). `next_lines` decides for several live episodes at once: their new tokens, candidates and
     thoughts go through shared batched forward passes. `stats` counts tokens_encoded,
     tokens_generated, full_reencodes and forward_calls; `reuse_cache=False` recomputes
     everything each turn (the naive loop, for comparison). In free mode,
@@ -348,7 +372,8 @@ class HFPolicy:
     def __init__(self, model: str | Path | None = None, action_mode: str = "scored", device: str = "auto",
                  dtype: str | torch.dtype | None = None, temperature: float = 0.0, seed: int = 0,
                  max_thought_tokens: int = 48, trust_remote_code: bool = False, reuse_cache: bool = True,
-                 chat: bool | None = None, loaded: LoadedModel | None = None) -> None:
+                 chat: bool | None = None, loaded: LoadedModel | None = None, shots: int | None = None,
+                 window: int = 0) -> None:
         if action_mode not in ACTION_MODES:
             raise ValueError(f"unknown action mode {action_mode!r}; one of {', '.join(ACTION_MODES)}")
         self.loaded = loaded or load_model(model, device, dtype, trust_remote_code)
@@ -356,6 +381,11 @@ class HFPolicy:
         self.action_mode, self.temperature, self.seed = action_mode, temperature, seed
         self.max_thought_tokens, self.reuse_cache = max(1, max_thought_tokens), reuse_cache
         self._cache_kwarg = _cache_argument(self.model)
+        card = model_card(self.loaded.source)
+        self.shots = card.get("shots", 2) if shots is None else shots
+        if self.shots not in (0, 2):
+            raise ValueError(f"shots must be 0 (no examples) or 2 (the prompt's two examples), not {self.shots}")
+        self.window = window
         self.chat = bool(getattr(self.tokenizer, "chat_template", None)) if chat is None else chat
         self.generator = torch.Generator().manual_seed(seed)
         self.stats = {"tokens_encoded": 0, "tokens_generated": 0, "full_reencodes": 0, "forward_calls": 0}
@@ -456,16 +486,11 @@ class HFPolicy:
 
     # --- rendering and tokens -------------------------------------------------------------------
 
-    def _render_head(self, prefix: str) -> str:
-        if not self.chat:
-            return prefix
-        return self.tokenizer.apply_chat_template([{"role": "user", "content": prefix.rstrip("\n")}],
-                                                  tokenize=False, add_generation_prompt=True)
-
     def _render(self, stream: _Stream, context) -> str:
-        if stream.head[0] != context.prefix:
-            stream.head = (context.prefix, self._render_head(context.prefix))
-        text = stream.head[1] + context.text()[len(context.prefix):]
+        prefix = context.prefix if self.shots else context.zero_shot_prefix
+        if stream.head[0] != prefix:
+            stream.head = (prefix, render_head(self.tokenizer, prefix, self.chat))
+        text = stream.head[1] + context.body(self.window)
         return text[:-1] if text.endswith(" ") else text
 
     def _encode(self, text: str) -> list[int]:

@@ -1,0 +1,167 @@
+"""Fine-tune a local causal LM on exported episodes (`sparse_react.export`), with transformers' Trainer.
+
+Each example is rendered exactly as `HFPolicy` renders a live episode for a zero-shot model (the
+prefix as one user message under the chat template, then `> line` / observation lines as raw
+text), tokenised whole, and labelled only on the agent's lines (each line's tokens and its
+newline); observations and the prefix carry no loss. Full fine-tuning: LoRA would save optimizer
+memory this machine does not lack, and every layer is still run backwards either way.
+
+The output folder is a standard Hugging Face model folder (safetensors, config, tokenizer) plus
+`sparse_react.json`, which tells `HFPolicy` to play it zero-shot in the rhythm it learned.
+Checkpoints go to `OUT/checkpoints`; running the same command again resumes from the newest.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from sparse_react.policies.hf import MODEL_CARD, ModelError, cpu_has_native_bf16, load_model, render_head
+
+MODEL_FORMAT = "sparse_react.model/1"
+
+
+class FinetuneError(ValueError):
+    """Unusable training data, base model or output folder; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class FinetuneSettings:
+    """One training run. `max_steps` (optimizer steps) wins over `epochs` when set."""
+
+    data: str
+    base: str | None = None  # None: the embedded SmolLM2-135M-Instruct
+    epochs: float = 1.0
+    max_steps: int = 0
+    learning_rate: float = 5e-5
+    batch_size: int = 4
+    grad_accum: int = 2
+    max_length: int = 2048
+    save_steps: int = 100
+    seed: int = 0
+    device: str = "auto"
+
+
+def read_examples(path: Path) -> list[dict]:
+    """The exported examples of one rhythm. Raises FinetuneError naming the file when it is
+    missing, empty, not an export, or mixes rhythms."""
+    try:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+    except OSError as exc:
+        raise FinetuneError(f"cannot read training data {path}: {exc.strerror or exc}") from None
+    examples = []
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+            messages = record["messages"]
+            assert messages and messages[0]["role"] == "user"
+        except (json.JSONDecodeError, KeyError, TypeError, AssertionError):
+            raise FinetuneError(f"{path}:{number} is not an exported example (see `sparse-react export`)") from None
+        examples.append(record)
+    if not examples:
+        raise FinetuneError(f"{path} holds no examples: export won episodes first (`sparse-react export`)")
+    rhythms = sorted({e.get("rhythm") for e in examples}, key=str)
+    if len(rhythms) > 1:
+        raise FinetuneError(f"{path} mixes rhythms {', '.join(map(str, rhythms))}: train one model per rhythm "
+                            f"(`sparse-react export --rhythm R`)")
+    return examples
+
+
+def tokenize_example(tokenizer: Any, messages: Sequence[dict], chat: bool, max_length: int) -> dict[str, list[int]]:
+    """input_ids and labels (-100 where there is no loss) for one example, as HFPolicy renders it."""
+    text = render_head(tokenizer, messages[0]["content"] + "\n", chat)
+    targets: list[tuple[int, int]] = []
+    for message in messages[1:]:
+        if message["role"] == "assistant":
+            text += ">"
+            targets.append((len(text), len(text) + len(message["content"]) + 2))  # " line\n"
+            text += " " + message["content"] + "\n"
+        else:
+            text += message["content"] + "\n"
+    encoded = tokenizer(text, add_special_tokens=not chat, return_offsets_mapping=True)
+    ids, labels = encoded["input_ids"], []
+    spans = iter(targets)
+    span = next(spans, None)
+    for token, (start, end) in zip(ids, encoded["offset_mapping"]):
+        while span and start >= span[1]:
+            span = next(spans, None)
+        labels.append(token if span and start >= span[0] and end > start else -100)
+    return {"input_ids": ids[:max_length], "labels": labels[:max_length]}
+
+
+def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callbacks: Sequence[Any] = ()) -> dict:
+    """Train, save the model folder to `out`, and return what `sparse_react.json` records.
+
+    Resumes from the newest checkpoint under `out/checkpoints` when there is one.
+    """
+    from transformers import Trainer, TrainingArguments, set_seed
+
+    examples = read_examples(Path(settings.data))
+    set_seed(settings.seed)
+    try:
+        loaded = load_model(settings.base, settings.device, dtype=torch.float32)
+    except ModelError as exc:
+        raise FinetuneError(f"base model: {exc}") from None
+    tokenizer, model = loaded.tokenizer, loaded.model
+    chat = bool(getattr(tokenizer, "chat_template", None))
+    rows = [tokenize_example(tokenizer, e["messages"], chat, settings.max_length) for e in examples]
+    random.Random(settings.seed).shuffle(rows)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    model.train()
+    on_gpu = loaded.device.type == "cuda"
+    args = TrainingArguments(
+        output_dir=str(out / "checkpoints"), per_device_train_batch_size=settings.batch_size,
+        gradient_accumulation_steps=settings.grad_accum, learning_rate=settings.learning_rate,
+        num_train_epochs=settings.epochs, max_steps=settings.max_steps or -1, warmup_steps=0.05,
+        lr_scheduler_type="cosine", weight_decay=0.0, logging_steps=max(1, min(10, settings.save_steps)),
+        save_steps=settings.save_steps, save_total_limit=2, seed=settings.seed, data_seed=settings.seed,
+        bf16=on_gpu or (loaded.device.type == "cpu" and cpu_has_native_bf16()), use_cpu=not on_gpu,
+        report_to="none", disable_tqdm=not progress, train_sampling_strategy="group_by_length",
+        remove_unused_columns=False, dataloader_num_workers=0)
+    trainer = Trainer(model=model, args=args, train_dataset=rows, data_collator=_Collator(pad),
+                      callbacks=list(callbacks))
+    checkpoints = sorted((out / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    started = time.perf_counter()
+    try:
+        result = trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
+        trainer.save_model(str(out))
+        tokenizer.save_pretrained(str(out))
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise FinetuneError(f"the disk is full while writing to {out}; free space and run the same command "
+                                f"to resume from the last checkpoint") from None
+        raise
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    card = {"format": MODEL_FORMAT, "rhythm": examples[0].get("rhythm"), "shots": 0,
+            "base": loaded.source, "data": str(settings.data), "examples": len(rows),
+            "settings": asdict(settings), "steps": trainer.state.global_step,
+            "resumed_from": checkpoints[-1].name if checkpoints else None,
+            "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
+            "train_loss": result.training_loss, "seconds_this_run": round(time.perf_counter() - started, 1),
+            "train_games": sorted({e.get("game_sha256") or e.get("game") for e in examples})}
+    (out / MODEL_CARD).write_text(json.dumps(card, indent=1) + "\n")
+    return card
+
+
+class _Collator:
+    """Pads a batch on the right: pad tokens for inputs, -100 for labels, a 0/1 attention mask."""
+
+    def __init__(self, pad: int) -> None:
+        self.pad = pad
+
+    def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
+        width = max(len(r["input_ids"]) for r in rows)
+        ids = torch.full((len(rows), width), self.pad, dtype=torch.long)
+        labels = torch.full((len(rows), width), -100, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, row in enumerate(rows):
+            n = len(row["input_ids"])
+            ids[i, :n], labels[i, :n], mask[i, :n] = torch.tensor(row["input_ids"]), torch.tensor(row["labels"]), 1
+        return {"input_ids": ids, "labels": labels, "attention_mask": mask}

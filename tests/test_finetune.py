@@ -1,0 +1,137 @@
+"""The fine-tuning pipeline at toy scale: expert episodes → export (no evaluation game may leak) →
+a few optimizer steps on a tiny real model (the loss goes down, checkpoints resume) → the saved
+folder loads as a policy and plays a real game zero-shot. Bad input gets a clear message."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+pytest.importorskip("torch")
+from transformers import TrainerCallback  # noqa: E402
+
+from sparse_react.agent import LoopRules, run_episode  # noqa: E402
+from sparse_react.env import HouseholdEnv  # noqa: E402
+from sparse_react.evaluate import evaluate  # noqa: E402
+from sparse_react.export import ExportError, export  # noqa: E402
+from sparse_react.finetune import FinetuneError, FinetuneSettings, finetune, read_examples, tokenize_example  # noqa: E402
+from sparse_react.games.catalog import find_games  # noqa: E402
+from sparse_react.policies.expert import ExpertPolicy  # noqa: E402
+from sparse_react.policies.hf import HFPolicy, load_model  # noqa: E402
+from sparse_react.policies.random_admissible import RandomPolicy  # noqa: E402
+from tiny import tiny_model  # noqa: E402
+
+TOY = dict(max_steps=12, learning_rate=3e-3, batch_size=2, grad_accum=1, save_steps=6, max_length=1024)
+
+
+@pytest.fixture(scope="module")
+def expert_data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sft")
+    games = find_games("train")[::10][:6]  # one game per task type
+    evaluate(games, ExpertPolicy(), "sparse", run_dir=folder / "run", progress=False)
+    summary = export([folder / "run"], folder / "data.jsonl")
+    return summary, folder / "data.jsonl"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-base")
+    tiny_model(folder, chat=True)
+    return folder
+
+
+def test_export_writes_chat_messages_with_the_agents_lines_as_assistant(expert_data):
+    summary, path = expert_data
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert summary.examples == len(records) == 6 and summary.by_rhythm == {"sparse": 6}
+    for record in records:
+        roles = [m["role"] for m in record["messages"]]
+        assert roles[0] == "user" and roles[1::2] == ["assistant"] * (len(roles) // 2)
+        assert "Your turn" not in record["messages"][0]["content"]  # zero-shot: no examples
+        assert record["game_sha256"] and record["rhythm"] == "sparse"
+    assert any(m["content"].startswith("think:") for r in records for m in r["messages"] if m["role"] == "assistant")
+
+
+def test_labels_cover_only_the_agents_lines(expert_data, tiny):
+    _, path = expert_data
+    loaded = load_model(tiny, device="cpu")
+    messages = read_examples(path)[0]["messages"]
+    row = tokenize_example(loaded.tokenizer, messages, chat=True, max_length=100_000)
+    learned = loaded.tokenizer.decode([t for t, label in zip(row["input_ids"], row["labels"]) if label != -100])
+    agent = "".join(f" {m['content']}\n" for m in messages if m["role"] == "assistant")
+    assert learned.split() == agent.split()
+    assert messages[2]["content"].split()[0] not in learned.split()[:3]
+
+
+def test_toy_pipeline_trains_saves_loads_and_plays(expert_data, tiny, tmp_path, bundled_unseen):
+    _, path = expert_data
+    card = finetune(FinetuneSettings(str(path), str(tiny), **TOY), tmp_path / "model", progress=False)
+    assert card["steps"] == 12 and card["rhythm"] == "sparse" and card["shots"] == 0
+    assert card["last_loss"] < card["first_loss"]
+    assert (tmp_path / "model" / "model.safetensors").is_file()
+    policy = HFPolicy(model=tmp_path / "model", device="cpu", max_thought_tokens=4)
+    assert policy.shots == 0
+    env = HouseholdEnv(bundled_unseen)
+    episode = run_episode(env, policy, bundled_unseen[0], "sparse", rules=LoopRules(max_steps=4, loop_repeats=0))
+    assert episode.error is None and len(episode.entries) == 4
+
+
+class _StopAt(TrainerCallback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            raise KeyboardInterrupt
+
+
+def test_an_interrupted_run_resumes_from_its_checkpoint(expert_data, tiny, tmp_path):
+    _, path = expert_data
+    settings = FinetuneSettings(str(path), str(tiny), **{**TOY, "max_steps": 8, "save_steps": 3})
+    with pytest.raises(KeyboardInterrupt):
+        finetune(settings, tmp_path / "model", progress=False, callbacks=[_StopAt(5)])
+    assert (tmp_path / "model" / "checkpoints" / "checkpoint-3").is_dir()
+    card = finetune(settings, tmp_path / "model", progress=False)
+    assert card["resumed_from"] == "checkpoint-3" and card["steps"] == 8
+
+
+def test_bad_training_input_is_named(expert_data, tiny, tmp_path):
+    _, path = expert_data
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(FinetuneError, match="no examples"):
+        finetune(FinetuneSettings(str(empty), str(tiny)), tmp_path / "m")
+    mixed = tmp_path / "mixed.jsonl"
+    lines = path.read_text().splitlines()
+    mixed.write_text("\n".join([lines[0], lines[1].replace('"rhythm": "sparse"', '"rhythm": "act"')]) + "\n")
+    with pytest.raises(FinetuneError, match="mixes rhythms act, sparse"):
+        finetune(FinetuneSettings(str(mixed), str(tiny)), tmp_path / "m")
+    with pytest.raises(FinetuneError, match="not an exported example"):
+        garbage = tmp_path / "garbage.jsonl"
+        garbage.write_text("{\"hello\": 1}\n")
+        finetune(FinetuneSettings(str(garbage), str(tiny)), tmp_path / "m")
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    not_causal = tmp_path / "t5"
+    T5ForConditionalGeneration(T5Config(vocab_size=600, d_model=16, d_ff=32, num_layers=1, num_heads=2,
+                                        d_kv=8)).save_pretrained(not_causal)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny / name, not_causal / name)
+    with pytest.raises(FinetuneError, match="base model: cannot load model from .*t5"):
+        finetune(FinetuneSettings(str(path), str(not_causal)), tmp_path / "m")
+
+
+def test_export_refuses_evaluation_games_and_empty_runs(tmp_path, bundled_unseen):
+    evaluate(bundled_unseen[:1], ExpertPolicy(), "act", run_dir=tmp_path / "leak", progress=False)
+    with pytest.raises(ExportError, match=bundled_unseen[0].name.replace("/", ".")):
+        export([tmp_path / "leak"], tmp_path / "leak.jsonl")
+    assert not (tmp_path / "leak.jsonl").exists()
+    evaluate(find_games("train")[:1], RandomPolicy(0), "act", rules=LoopRules(max_steps=3),
+             run_dir=tmp_path / "lost", progress=False)
+    with pytest.raises(ExportError, match="no won episode"):
+        export([tmp_path / "lost"], tmp_path / "lost.jsonl")
