@@ -153,6 +153,8 @@ def run(
     policy: str = typer.Option("hf", help="hf (the embedded SmolLM2-135M), expert, random or scripted:FILE."),
     model: Optional[str] = typer.Option(None, help="A local model folder or .gguf file (implies --policy hf)."),
     action_mode: str = typer.Option("scored", help="Model actions: scored (rank admissible) or free (generate)."),
+    shots: Optional[int] = typer.Option(None, help="Model prompt examples: 2 or 0 (default: 2, or 0 for a model fine-tuned here)."),
+    window: int = typer.Option(0, min=0, help="Model context: only the last N turns (0: the whole episode)."),
     device: str = typer.Option("auto", help="Model device: auto, cpu, cuda, ..."),
     variant: int = typer.Option(0, help="Prompt variant 0-5 (which two examples, in which order)."),
     max_steps: int = typer.Option(50, help="Step budget (thoughts count)."),
@@ -166,7 +168,7 @@ def run(
     from sparse_react.trajectory import append_episode
 
     refs = _games_with_index(game, index)
-    chosen, rule = _policy(policy, model, seed, action_mode, device), get_rhythm(rhythm)
+    chosen, rule = _policy(policy, model, seed, action_mode, device, shots, window), get_rhythm(rhythm)
     env = HouseholdEnv(refs)
     typer.echo(typer.style(f"{refs[index].name} · {rule.name} · {chosen.name}", bold=True))
     episode = run_episode(env, chosen, refs[index], rule, variant, LoopRules(max_steps=max_steps), on_entry=_print_entry)
@@ -180,11 +182,13 @@ def run(
         typer.echo(f"error: {episode.error}", err=True)
 
 
-def _policy(policy: str, model: Optional[str], seed: int, action_mode: str = "scored", device: str = "auto"):
+def _policy(policy: str, model: Optional[str], seed: int, action_mode: str = "scored", device: str = "auto",
+            shots: Optional[int] = None, window: int = 0):
     from sparse_react.policies import make_policy
 
     spec = f"hf:{model}" if model else policy
-    settings = {"action_mode": action_mode, "device": device} if spec.startswith("hf") else {}
+    settings = {"action_mode": action_mode, "device": device, "shots": shots, "window": window} \
+        if spec.startswith("hf") else {}
     return make_policy(spec, seed, **settings)
 
 
@@ -232,6 +236,8 @@ def eval_(
     policy: str = typer.Option("hf", help="hf (the embedded SmolLM2-135M), expert, random or scripted:FILE."),
     model: Optional[str] = typer.Option(None, help="A local model folder or .gguf file (implies --policy hf)."),
     action_mode: str = typer.Option("scored", help="Model actions: scored or free."),
+    shots: Optional[int] = typer.Option(None, help="Model prompt examples: 2 or 0 (default: 2, or 0 for a model fine-tuned here)."),
+    window: int = typer.Option(0, min=0, help="Model context: only the last N turns (0: the whole episode)."),
     rhythms: str = typer.Option("sparse", "--rhythms", "--rhythm", help="Comma-separated: sparse,dense,im,act."),
     variants: str = typer.Option("0", help="Comma-separated prompt variants (0-5)."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N games (after the filters)."),
@@ -266,12 +272,13 @@ def eval_(
     refs = refs[:limit]
     if not refs:
         raise GameSetError(f"no game of {games} matches the selection")
-    chosen = _policy(policy, model, seed, action_mode)
+    chosen = _policy(policy, model, seed, action_mode, shots=shots, window=window)
     rules = LoopRules(max_steps=max_steps)
     settings = RunSettings(games, f"hf:{model}" if model else policy, tuple(names), tuple(variant_list),
                            asdict(rules),
                            {"limit": limit, "task_types": task_types, "filter": filter},
-                           {"seed": seed, "action_mode": action_mode})
+                           {"seed": seed, "action_mode": action_mode, "shots": getattr(chosen, "shots", None),
+                            "window": window})
     _INTERRUPTED[0] = (f"finished episodes are in {out}; rerun the same command to resume" if out
                        else "nothing was saved (no --out)")
     try:

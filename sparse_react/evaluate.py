@@ -13,6 +13,7 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -139,8 +140,8 @@ def decide_all(policy: Policy, requests: Sequence[Request]) -> list[Decision | E
     if hasattr(policy, "next_lines") and len(requests) > 1:
         try:
             return policy.next_lines(requests)
-        except Exception:
-            pass
+        except Exception as exc:
+            warnings.warn(f"a batched decision failed ({type(exc).__name__}: {exc}); deciding one episode at a time")
     out: list[Decision | Exception] = []
     for request in requests:
         try:

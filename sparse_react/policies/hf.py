@@ -1,17 +1,18 @@
 """A Hugging Face causal language model as a ReAct policy, run locally (nothing is ever downloaded).
 
 How the transcript is fed: with a chat template (when the tokenizer has one and `chat` is not
-False), the episode's fixed prefix (instruction, two examples, first observation) is one user
-message, and everything after it (`> line`, observation, ..., `> `) is continued as raw text
-after the assistant header. Without a template the whole `context.text()` is plain completion.
-Either way the rendered text only grows within an episode, so the model's KV cache is kept
-across turns and only the new tokens are encoded. The trailing space of `"> "` is left to the
-line (` go to desk 1`), which is how byte-level BPE tokenisers split `"> go to desk 1"`.
+False), the episode's fixed prefix (instruction, two examples or none, first observation) is one
+user message, and everything after it (`> line`, observation, ..., `> `) is continued as raw text
+after the assistant header. Without a template the whole transcript is plain completion. Either
+way the rendered text only grows within an episode, so each episode's KV cache is kept across
+turns and only the new tokens are encoded. The trailing space of `"> "` is left to the line
+(` go to desk 1`), which is how byte-level BPE tokenisers split `"> go to desk 1"`.
 
 Each turn: when the rhythm allows both kinds, the length-normalised log-likelihood of ` think:`
 is compared with the best admissible action's; a thought is generated greedily to the end of
-its line (capped). Actions are either scored (every admissible command, as one batched forward
-pass over the shared cached prefix with a tree attention mask) or generated freely (`free`).
+its line (capped). Actions are either scored (every admissible command, as one forward pass over
+the shared cached prefix with a tree attention mask) or generated freely (`free`). `next_lines`
+does all of this for several live episodes at once, in shared batched forward passes.
 """
 
 from __future__ import annotations
@@ -234,6 +235,12 @@ def _growing_layer() -> Any:
             self.keys, self.values = self.buffers[0][..., :n + m, :], self.buffers[1][..., :n + m, :]
             return self.keys, self.values
 
+        def adopt(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
+            """Take buffers whose first `length` positions are filled (the rest is room to grow)."""
+            self.lazy_initialization(keys, values)
+            self.buffers = (keys, values)
+            self.keys, self.values = keys[..., :length, :], values[..., :length, :]
+
         def reset(self) -> None:
             self.buffers = None
             super().reset()
@@ -274,17 +281,19 @@ class _Batch:
             self.valid = torch.zeros(len(streams), longest, dtype=torch.bool)
             for row, n in enumerate(lengths):
                 self.valid[row, longest - n:] = True
-            for layer in range(len(streams[0].cache.layers)):
+            for layer, target in enumerate(self.cache.layers):
                 keys, values = (self._stack([getattr(s.cache.layers[layer], part) for s in streams], longest)
                                 for part in ("keys", "values"))
-                self.cache.update(keys, values, layer)
+                target.adopt(keys, values, longest)
 
-    @staticmethod
-    def _stack(parts: list[torch.Tensor], longest: int) -> torch.Tensor:
-        out = parts[0].new_zeros(len(parts), parts[0].shape[1], longest, parts[0].shape[3])
+    TURN_ROOM = 512  # positions a turn's forward passes usually append (new text, candidates, a thought)
+
+    @classmethod
+    def _stack(cls, parts: list[torch.Tensor], longest: int) -> torch.Tensor:
+        out = parts[0].new_zeros(len(parts), parts[0].shape[1], longest + cls.TURN_ROOM, parts[0].shape[3])
         for row, part in enumerate(parts):
             if part.shape[2]:
-                out[row, :, longest - part.shape[2]:] = part[0]
+                out[row, :, longest - part.shape[2]:longest] = part[0]
         return out
 
     def mark(self) -> tuple[int, torch.Tensor, list[int]]:
