@@ -60,10 +60,11 @@ def read_examples(path: Path) -> list[dict]:
     for number, line in enumerate(lines, 1):
         try:
             record = json.loads(line)
-            messages = record["messages"]
-            assert messages and messages[0]["role"] == "user"
-        except (json.JSONDecodeError, KeyError, TypeError, AssertionError):
-            raise FinetuneError(f"{path}:{number} is not an exported example (see `sparse-react export`)") from None
+            usable = bool(record["messages"]) and record["messages"][0]["role"] == "user"
+        except (json.JSONDecodeError, KeyError, TypeError, IndexError):
+            usable = False
+        if not usable:
+            raise FinetuneError(f"{path}:{number} is not an exported example (see `sparse-react export`)")
         examples.append(record)
     if not examples:
         raise FinetuneError(f"{path} holds no examples: export won episodes first (`sparse-react export`)")
