@@ -4,7 +4,7 @@ whole prompt every turn, and scored versus free actions, on the same episode of 
 The model is loaded once (its load time is printed) and shared; loop detection is off so every
 run plays the full `--steps` turns. Decisions with and without the cache must be identical.
 
-    HF_HUB_OFFLINE=1 python benchmarks/bench_hf.py [--model PATH] [--steps 30] [--rhythm act] [--game 0] [--threads N]
+    HF_HUB_OFFLINE=1 python benchmarks/bench_hf.py [--model PATH] [--steps 30] [--rhythm act] [--game 0] [--threads N] [--dtype float32]
 
 On a busy small CPU, `--threads 1` can be much faster: one-token steps spend their time in
 OpenMP barriers when the cores are shared with other processes.
@@ -42,6 +42,7 @@ def main() -> None:
     parser.add_argument("--rhythm", default="act")
     parser.add_argument("--game", type=int, default=0, help="index among the bundled valid_unseen games")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="float32", help="weights: float32 (as in the README table) or bfloat16")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = parser.parse_args()
 
@@ -57,7 +58,7 @@ def main() -> None:
     games = find_games("valid_unseen")
     env, game = HouseholdEnv(games), games[args.game]
     started = time.perf_counter()
-    loaded = load_model(args.model, device=args.device)
+    loaded = load_model(args.model, device=args.device, dtype=args.dtype)
     print(f"model {loaded.source} on {loaded.device}: loaded in {time.perf_counter() - started:.1f} s")
     print(f"game {game.name}, rhythm {args.rhythm}, {args.steps} steps, torch threads {torch.get_num_threads()}")
 
