@@ -97,7 +97,7 @@ def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[s
     With `run_dir`, finished episodes found there are kept and skipped, and each new one is
     appended as soon as it ends. `workers > 1` plays episodes in that many processes (the engine
     is not thread-safe); a worker that dies is replaced and its episodes recorded as errors.
-    `batch > 1` keeps that many episodes live per process and asks the policy for all their next
+    `batch > 1` (local backend) keeps that many episodes live per process and asks the policy for all their next
     lines at once (`next_lines`: one forward pass for all with a model policy).
     `backend="ray"` sends each episode to a Ray cluster (`ray_address`, or a local instance);
     this process stays the only writer of the run folder. Returns all episodes, in plan order.
