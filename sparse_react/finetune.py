@@ -110,7 +110,7 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
         loaded = load_model(settings.base, settings.device, dtype=torch.float32)
     except ModelError as exc:
         raise FinetuneError(f"base model: {exc}") from None
-    tokenizer, model = loaded.tokenizer, loaded.model
+    tokenizer, model = loaded.tokenizer, _plain(loaded.model, loaded.source)
     chat = bool(getattr(tokenizer, "chat_template", None))
     rows = [tokenize_example(tokenizer, e["messages"], chat, settings.max_length) for e in examples]
     random.Random(settings.seed).shuffle(rows)
@@ -149,6 +149,19 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
             "train_games": sorted({e.get("game_sha256") or e.get("game") for e in examples})}
     (out / MODEL_CARD).write_text(json.dumps(card, indent=1) + "\n")
     return card
+
+
+def _plain(model: Any, source: str) -> Any:
+    """A GGUF base arrives with its weights dequantized to float tensors but still flagged as
+    quantized (which Trainer refuses, and which the saved config would repeat): drop the flags."""
+    if getattr(model, "hf_quantizer", None) is None:
+        return model
+    if not all(p.is_floating_point() for p in model.parameters()):
+        raise FinetuneError(f"base model {source} keeps packed quantized weights, which cannot be trained")
+    model.hf_quantizer, model.is_quantized = None, False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    return model
 
 
 class _Collator:

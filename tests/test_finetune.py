@@ -135,3 +135,12 @@ def test_export_refuses_evaluation_games_and_empty_runs(tmp_path, bundled_unseen
              run_dir=tmp_path / "lost", progress=False)
     with pytest.raises(ExportError, match="no won episode"):
         export([tmp_path / "lost"], tmp_path / "lost.jsonl")
+
+
+def test_the_embedded_gguf_model_fine_tunes_and_saves_as_a_plain_model(expert_data, tmp_path):
+    _, path = expert_data
+    settings = FinetuneSettings(str(path), None, max_steps=1, batch_size=1, grad_accum=1, max_length=96, save_steps=10)
+    card = finetune(settings, tmp_path / "model", progress=False)
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert card["steps"] == 1 and "quantization_config" not in config
+    assert HFPolicy(model=tmp_path / "model", device="cpu").shots == 0
