@@ -95,15 +95,16 @@ def test_free_mode_sends_normalised_text_and_counts_invalid_commands(env, bundle
     assert all(e.text and e.text == normalise_action(e.text) for e in episode.entries)
 
 
-@pytest.mark.parametrize("action_mode", ["scored", "free"])
-def test_batched_decisions_match_one_episode_at_a_time(bundled_unseen, tiny, action_mode):
+@pytest.mark.filterwarnings("error:a batched decision failed")  # no silent fallback to one at a time
+@pytest.mark.parametrize("action_mode, shots", [("scored", 2), ("free", 2), ("scored", 0)])
+def test_batched_decisions_match_one_episode_at_a_time(bundled_unseen, tiny, action_mode, shots):
     from sparse_react.evaluate import evaluate
 
     _, loaded = tiny
     rules = LoopRules(max_steps=6, loop_repeats=0)
     runs = {}
     for batch in (1, 4):
-        policy = HFPolicy(loaded=loaded, action_mode=action_mode, max_thought_tokens=4)
+        policy = HFPolicy(loaded=loaded, action_mode=action_mode, max_thought_tokens=4, shots=shots)
         episodes = evaluate(bundled_unseen[:3], policy, ["sparse", "dense"], rules=rules, progress=False, batch=batch)
         assert all(e.error is None for e in episodes), [e.error for e in episodes]
         runs[batch] = ([[(e.kind, e.text, e.mode, e.tokens) for e in ep.entries] for ep in episodes], policy.stats)

@@ -521,8 +521,8 @@ class HFPolicy:
 
     def _sync(self, streams: list[_Stream], contexts: list) -> dict[int, list[int]]:
         """Each stream's new tokens (when its old ones are a prefix of its context, else all of
-        them, from an empty cache). Long catch-ups (a new episode) are encoded here, each alone;
-        the short ones are returned, to go through the turn's batch together."""
+        them, from an empty cache). A new episode's prompt and other long catch-ups are encoded
+        here, each alone; the short ones are returned, to go through the turn's batch together."""
         pending: dict[int, list[int]] = {}
         for row, (stream, context) in enumerate(zip(streams, contexts)):
             ids = self._encode(self._render(stream, context))
@@ -532,7 +532,7 @@ class HFPolicy:
                 if stream.ids and self.reuse_cache:
                     self.stats["full_reencodes"] += 1
                 stream.cache, stream.ids = self._new_stream().cache, []
-            if len(ids) - len(stream.ids) > self.SOLO_SYNC and len(streams) > 1:
+            if (not stream.ids or len(ids) - len(stream.ids) > self.SOLO_SYNC) and len(streams) > 1:
                 self._catch_up(_Batch(self, [stream]), {0: ids})
             else:
                 pending[row] = ids
