@@ -21,12 +21,7 @@ ZERO_SHOT_INSTRUCTION = {
           "accepts, or a thought that starts with 'think:'.",
     False: "You act in a household to finish a task. Each turn, write one command the game accepts.",
 }
-INSTRUCTION = {
-    True: "You act in a household to finish a task. Each turn, write one line: a command the game "
-          "accepts, or a thought that starts with 'think:'. Two solved examples come first.",
-    False: "You act in a household to finish a task. Each turn, write one command the game accepts. "
-           "Two solved examples come first.",
-}
+INSTRUCTION = {thinks: text + " Two solved examples come first." for thinks, text in ZERO_SHOT_INSTRUCTION.items()}
 
 
 @dataclass

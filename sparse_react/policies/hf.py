@@ -531,7 +531,7 @@ class HFPolicy:
             if not self.reuse_cache or ids[:len(stream.ids)] != stream.ids:
                 if stream.ids and self.reuse_cache:
                     self.stats["full_reencodes"] += 1
-                stream.cache, stream.ids = self._new_stream().cache, []
+                stream.cache, stream.ids = _new_cache(self.model.config), []
             if (not stream.ids or len(ids) - len(stream.ids) > self.SOLO_SYNC) and len(streams) > 1:
                 self._catch_up(_Batch(self, [stream]), {0: ids})
             else:
