@@ -150,7 +150,7 @@ def run(
     game: str = typer.Argument(..., help="A game file or a game set."),
     index: int = typer.Option(0, help="Which game of the set."),
     rhythm: str = typer.Option("sparse", help="sparse, dense, im or act."),
-    policy: str = typer.Option("hf", help="hf (the embedded SmolLM2-135M), expert, random or scripted:FILE."),
+    policy: str = typer.Option("hf", help="hf (the embedded SmolLM2-135M), expert, search-expert, random or scripted:FILE."),
     model: Optional[str] = typer.Option(None, help="A local model folder or .gguf file (implies --policy hf)."),
     action_mode: str = typer.Option("scored", help="Model actions: scored (rank admissible) or free (generate)."),
     shots: Optional[int] = typer.Option(None, help="Model prompt examples: 2 or 0 (default: 2, or 0 for a model fine-tuned here)."),
@@ -233,7 +233,7 @@ def resume(
 @app.command("eval")
 def eval_(
     games: str = typer.Option("valid_unseen", help="Game set: bundled split, alfworld:<split>, folder or file."),
-    policy: str = typer.Option("hf", help="hf (the embedded SmolLM2-135M), expert, random or scripted:FILE."),
+    policy: str = typer.Option("hf", help="hf (the embedded SmolLM2-135M), expert, search-expert, random or scripted:FILE."),
     model: Optional[str] = typer.Option(None, help="A local model folder or .gguf file (implies --policy hf)."),
     action_mode: str = typer.Option("scored", help="Model actions: scored or free."),
     shots: Optional[int] = typer.Option(None, help="Model prompt examples: 2 or 0 (default: 2, or 0 for a model fine-tuned here)."),

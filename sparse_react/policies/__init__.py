@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-POLICY_NAMES = ("hf", "hf:MODEL", "expert", "random", "scripted:FILE")
+POLICY_NAMES = ("hf", "hf:MODEL", "expert", "search-expert", "random", "scripted:FILE")
 
 
 class PolicyError(ValueError):
@@ -13,9 +13,9 @@ class PolicyError(ValueError):
 
 def make_policy(spec: str, seed: int = 0, **model_settings):
     """A policy from its command-line name: `hf` (the embedded default model), `hf:MODEL` (a local
-    model folder or .gguf file), `expert`, `random` or `scripted:FILE` (one line per turn).
+    model folder or .gguf file), `expert` (knows where everything is), `search-expert` (searches likely places first), `random` or `scripted:FILE` (one line per turn).
     `model_settings` go to HFPolicy (action_mode, device, dtype, temperature, ...)."""
-    from sparse_react.policies.expert import ExpertPolicy
+    from sparse_react.policies.expert import ExpertPolicy, SearchingExpertPolicy
     from sparse_react.policies.random_admissible import RandomPolicy
     from sparse_react.policies.scripted import ScriptedPolicy
 
@@ -25,6 +25,8 @@ def make_policy(spec: str, seed: int = 0, **model_settings):
         return HFPolicy(model=spec[3:] or None, seed=seed, **model_settings)
     if spec == "expert":
         return ExpertPolicy()
+    if spec == "search-expert":
+        return SearchingExpertPolicy()
     if spec == "random":
         return RandomPolicy(seed)
     if spec.startswith("scripted:"):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from sparse_react.engine import NOTHING_HAPPENS
+from sparse_react.policies.search_order import search_order
 from sparse_react.prompts import THINK
 from sparse_react.env import HouseholdEnv
 from sparse_react.tasks import TaskType
@@ -193,3 +194,164 @@ def _likely_places(observation: str, obj_type: str) -> list[str]:
     holds = {rtype.lower(): objs for rtype, objs in VAL_RECEPTACLE_OBJECTS.items()}
     seen = dict.fromkeys(re.findall(r"an? ([a-z]+) \d+", observation.partition("Your task is to:")[0]))
     return [kind for kind in seen if obj_type in holds.get(kind, ())][:4]
+
+
+_ENTITY = re.compile(r"\b(?:an?|the) ([a-z]+ \d+)")
+
+
+@dataclass
+class SearchState:
+    """What the agent has seen so far, read off the episode (nothing the game has not shown)."""
+
+    location: str | None = None
+    searched: set[str] | None = None
+    closed_here: bool = False
+    seen: dict[str, str] | None = None  # object name -> receptacle it was last seen in/on
+    held: str | None = None
+
+
+def _search_state(turns: Sequence[tuple[str, str]]) -> SearchState:
+    s = SearchState(searched=set(), seen={})
+    for command, observation in turns:
+        verb, _, rest = command.partition(" ")
+        if observation == NOTHING_HAPPENS or verb == "think:":
+            continue
+        if verb == "go":
+            s.location = rest.removeprefix("to ")
+            s.closed_here = "is closed" in observation
+        elif verb == "open":
+            s.closed_here = False
+        if s.location and not s.closed_here:
+            s.searched.add(s.location)
+            for name in _ENTITY.findall(observation):
+                if name != s.location:
+                    s.seen[name] = s.location
+        if verb == "take":
+            s.held = rest.partition(" from ")[0]
+            s.seen.pop(s.held, None)
+        elif verb == "move":
+            obj, _, place = rest.partition(" to ")
+            s.seen[obj], s.held = place, None
+    return s
+
+
+class SearchingExpertPolicy(ExpertPolicy):
+    """The expert without privileged knowledge of where things are.
+
+    It looks for the task's object (and, for Look tasks, the lamp) by visiting the room's
+    receptacles in a fixed order: kinds ranked by how often training games put that object there
+    (`search_order`), instances by number, opening closed ones. Once the thing has been seen it
+    goes there; the planner finishes the rest (cleaning, heating, placing), whose receptacles are
+    all named in the room description. Its trajectories are what a model can learn to imitate:
+    they never walk straight to a hidden object.
+    """
+
+    name = "search-expert"
+    last_mode = "search-expert"
+
+    def start(self, env: HouseholdEnv, context) -> None:
+        super().start(env, context)
+        room = context.last_observation.partition("Your task is to:")[0]
+        self._receptacles = list(dict.fromkeys(_ENTITY.findall(room)))
+        self._state = SearchState(searched=set(), seen={})
+
+    def next_line(self, context, admissible: Sequence[str]) -> str:
+        self._state = _search_state(context.turns)
+        return super().next_line(context, admissible)
+
+    def plan_next(self, admissible: Sequence[str]) -> str:
+        command = self._search_command(admissible) or self._finish_command(admissible)
+        return command if command in admissible else super().plan_next(admissible)
+
+    def _finish_command(self, admissible: Sequence[str]) -> str | None:
+        """With the object in hand: to the appliance, then to the goal receptacle (both in view
+        from the start). Scripted rather than planned: the planner takes seconds per state here."""
+        held, here = self._state.held, self._state.location
+        if held is None:
+            return None
+        if self._task_type in TRANSFORM and not self._progress.transformed:
+            verb, _, kind = TRANSFORM[self._task_type]
+            place, command = self._first(kind), f"{verb} {held} with {self._first(kind)}"
+        else:
+            place, command = self._first(self._target), f"move {held} to {self._first(self._target)}"
+        if place is None or here != place:
+            return place and f"go to {place}"
+        return command if command in admissible or f"open {place}" not in admissible else f"open {place}"
+
+    def _first(self, kind: str) -> str | None:
+        """The lowest-numbered receptacle of this kind in the room."""
+        same = [r for r in self._receptacles if r.rpartition(" ")[0] == kind]
+        return min(same, key=lambda r: int(r.rpartition(" ")[2]), default=None)
+
+    def _wanted(self) -> str | None:
+        """The object type still to be found: the task's object, or the lamp once it is held."""
+        p = self._progress
+        if not p.holding:
+            return self._obj
+        return self._target if self._task_type is TaskType.LOOK else None
+
+    def _found(self, kind: str) -> tuple[str, str] | None:
+        for name, place in self._state.seen.items():
+            if name.rpartition(" ")[0] == kind and place != self._target_place():
+                return name, place
+        return None
+
+    def _target_place(self) -> str | None:
+        return self._first(self._target) if self._task_type is TaskType.PICK_TWO else None
+
+    def _search_command(self, admissible: Sequence[str]) -> str | None:
+        kind = self._wanted()
+        if kind is None:
+            return None
+        s = self._state
+        found = self._found(kind)
+        if found:
+            name, place = found
+            if s.location != place:
+                return f"go to {place}"
+            return f"use {name}" if kind == self._target else f"take {name} from {place}"
+        if s.location and s.closed_here:
+            return f"open {s.location}"
+        # Some receptacles share a spot (stove burners): the game offers no `go to` between them.
+        rest = [f"go to {r}" for r in search_order(kind, self._receptacles) if r not in s.searched]
+        return next((c for c in rest if c in admissible), None)
+
+    def _current_phase(self) -> str:
+        kind = self._wanted()
+        if kind is None:
+            return super()._current_phase()
+        found = self._found(kind)
+        if found and kind == self._target:
+            return f"turn on the {found[0]}"
+        if found:
+            return f"take the {found[0]} from the {found[1]}"
+        second = "a second " + kind if self._progress.placed else _a(kind)
+        return f"find {second}"
+
+    def _key_moment(self, context, phase: str) -> str | None:
+        thought = super()._key_moment(context, phase)
+        if not context.turns:
+            return f"To solve this I need to {self._decomposition()}. First I need to find {_a(self._obj)}. {self._search()}"
+        if thought is None or thought.startswith("That did nothing"):
+            return thought
+        if phase.startswith("take"):
+            name, place = phase.removeprefix("take the ").split(" from the ")
+            return f"Now I find {_a(self._obj)} ({name}) in/on the {place}. Next, I take it."
+        if phase.startswith("turn on"):
+            return f"Now I find the {self._target} ({phase.removeprefix('turn on the ')}). Next, I turn it on to look at the {self._obj}."
+        if phase.startswith("find") and self._progress.holding:
+            return f"I have the {self._obj}. Next, I need to find {_a(self._target)}. {self._search_for(self._target)}"
+        if phase.startswith("find"):
+            return f"One {self._obj} is in place. Now I need a second one. {self._search_for(self._obj)}"
+        return thought
+
+    def _search(self) -> str:
+        return self._search_for(self._obj)
+
+    def _search_for(self, kind: str) -> str:
+        order = [r for r in search_order(kind, self._receptacles) if r not in self._state.searched]
+        if not order:
+            return f"I'll look for {_a(kind)}."
+        kinds = list(dict.fromkeys(r.rpartition(" ")[0] for r in order))
+        return (f"{_a(kind).capitalize()} is more likely to appear in/on {', '.join(kinds[:5])}. "
+                f"I'll check them one by one, starting with {order[0]}.")
