@@ -1,14 +1,15 @@
-"""The rhythm ablation with fine-tuned models: one model per rhythm, trained on the same expert
-trajectories differing only in their thoughts, with the same budget, then evaluated.
+"""The rhythm ablation with fine-tuned models: one model per rhythm, trained on the same searching-
+expert trajectories differing only in their thoughts, with the same budget, then evaluated.
 
-For each rhythm: the expert plays the same train games (ALFWorld's train split, first `--train-games`,
-plus the bundled train set) in that rhythm → `sparse-react export` → `sparse-react finetune` (same
-seed, epochs, learning rate) → `sparse-react eval` on the bundled valid_unseen set and ALFWorld's
-valid_seen split. Finally `sparse-react report` over every evaluation run. Every step is one CLI
-command, printed before it runs; a rerun skips finished steps and resumes unfinished ones.
+For each rhythm: `search-expert` plays the same train games (ALFWorld's train split, or its first
+`--train-games`, plus the bundled train set) in that rhythm → `sparse-react export` → `sparse-react
+finetune` (same seed, optimizer steps, batch, learning rate) → `sparse-react eval` on the bundled
+valid_unseen set and ALFWorld's valid_seen split. Finally `sparse-react report` over every evaluation
+run. Every step is one CLI command, printed before it runs; a rerun skips finished steps and resumes
+unfinished ones.
 
     ALFWORLD_DATA=../shared/alfworld HF_HUB_OFFLINE=1 python benchmarks/ablation.py \
-        [--rhythms sparse,dense,im,act] [--train-games 750] [--epochs 1] [--out runs/ablation]
+        [--rhythms sparse,dense,im,act] [--max-steps 100] [--out runs/ablation]
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ def step(args: list[str], done: bool = False) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rhythms", default="sparse,dense,im,act")
-    parser.add_argument("--train-games", type=int, default=750, help="first N games of alfworld:train")
-    parser.add_argument("--epochs", default="1")
-    parser.add_argument("--learning-rate", default="1e-4")
+    parser.add_argument("--train-games", type=int, default=0, help="first N games of alfworld:train (0: all)")
+    parser.add_argument("--max-steps", default="100", help="optimizer steps of 8 examples per model")
+    parser.add_argument("--learning-rate", default="2e-4")
+    parser.add_argument("--batch", default="16", help="episodes played at once by each evaluation")
     parser.add_argument("--eval-sets", default="valid_unseen,alfworld:valid_seen")
     parser.add_argument("--out", type=Path, default=Path("runs/ablation"))
     args = parser.parse_args()
@@ -45,19 +47,22 @@ def main() -> None:
     evals = []
     for rhythm in args.rhythms.split(","):
         experts = [out / f"expert-{rhythm}-alfworld", out / f"expert-{rhythm}-bundled"]
-        step(["eval", "--games", "alfworld:train", "--limit", str(args.train_games), "--policy", "expert",
+        limit = ["--limit", str(args.train_games)] if args.train_games else []
+        step(["eval", "--games", "alfworld:train", *limit, "--policy", "search-expert", "--workers", "2",
               "--rhythms", rhythm, "--out", str(experts[0])])
-        step(["eval", "--games", "train", "--policy", "expert", "--rhythms", rhythm, "--out", str(experts[1])])
+        step(["eval", "--games", "train", "--policy", "search-expert", "--rhythms", rhythm, "--out", str(experts[1])])
         data, model = out / f"data-{rhythm}.jsonl", out / f"model-{rhythm}"
         step(["export", *map(str, experts), "--rhythm", rhythm, "--out", str(data)], done=data.is_file())
-        step(["finetune", "--data", str(data), "--out", str(model), "--epochs", args.epochs,
-              "--learning-rate", args.learning_rate], done=(model / "sparse_react.json").is_file())
+        step(["finetune", "--data", str(data), "--out", str(model), "--max-steps", args.max_steps,
+              "--batch-size", "4", "--grad-accum", "2", "--learning-rate", args.learning_rate, "--save-steps", "20"],
+             done=(model / "sparse_react.json").is_file())
         card = json.loads((model / "sparse_react.json").read_text())
         print(f"  {rhythm}: {card['examples']} examples, {card['steps']} steps, loss {card['first_loss']:.3f} → "
               f"{card['last_loss']:.3f}", flush=True)
         for games in args.eval_sets.split(","):
             run = out / f"eval-{rhythm}-{games.replace(':', '-')}"
-            step(["eval", "--games", games, "--model", str(model), "--rhythms", rhythm, "--out", str(run)])
+            step(["eval", "--games", games, "--model", str(model), "--rhythms", rhythm, "--batch", args.batch,
+                  "--out", str(run)])
             evals.append(str(run))
     step(["report", *evals, "--out", str(out / "report")])
 

@@ -126,8 +126,8 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
         bf16=on_gpu or (loaded.device.type == "cpu" and cpu_has_native_bf16()), use_cpu=not on_gpu,
         report_to="none", disable_tqdm=not progress, train_sampling_strategy="group_by_length",
         remove_unused_columns=False, dataloader_num_workers=0)
-    trainer = Trainer(model=model, args=args, train_dataset=rows, data_collator=_Collator(pad),
-                      callbacks=list(callbacks))
+    trainer = _agent_line_trainer(Trainer)(model=model, args=args, train_dataset=rows, data_collator=_Collator(pad),
+                                           callbacks=list(callbacks))
     checkpoints = sorted((out / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
     started = time.perf_counter()
     try:
@@ -162,6 +162,33 @@ def _plain(model: Any, source: str) -> Any:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     return model
+
+
+def agent_line_loss(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed cross-entropy over the labelled tokens, and their count.
+
+    Runs the output layer only where a label is: the agent's lines are a fifth of the tokens, and
+    vocabulary logits for every position are the largest tensors of a training step.
+    """
+    hidden = model.get_decoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    targets = batch["labels"][:, 1:]
+    keep = targets != -100
+    logits = model.get_output_embeddings()(hidden[:, :-1][keep]).float()
+    return torch.nn.functional.cross_entropy(logits, targets[keep], reduction="sum"), keep.sum()
+
+
+def _agent_line_trainer(trainer_class: type) -> type:
+    class AgentLineTrainer(trainer_class):
+        loss_is_scaled_for_ga = True
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            total, count = agent_line_loss(model, inputs)
+            if num_items_in_batch is None:
+                count = count * self.current_gradient_accumulation_steps
+            loss = total / torch.as_tensor(num_items_in_batch if num_items_in_batch is not None else count).clamp(min=1)
+            return (loss, None) if return_outputs else loss
+
+    return AgentLineTrainer
 
 
 class _Collator:

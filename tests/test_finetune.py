@@ -12,14 +12,15 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 from transformers import TrainerCallback  # noqa: E402
 
 from sparse_react.agent import LoopRules, run_episode  # noqa: E402
 from sparse_react.env import HouseholdEnv  # noqa: E402
 from sparse_react.evaluate import evaluate  # noqa: E402
 from sparse_react.export import ExportError, export  # noqa: E402
-from sparse_react.finetune import FinetuneError, FinetuneSettings, finetune, read_examples, tokenize_example  # noqa: E402
+from sparse_react.finetune import (  # noqa: E402
+    FinetuneError, FinetuneSettings, _Collator, agent_line_loss, finetune, read_examples, tokenize_example)
 from sparse_react.games.catalog import find_games  # noqa: E402
 from sparse_react.policies.expert import ExpertPolicy  # noqa: E402
 from sparse_react.policies.hf import HFPolicy, load_model  # noqa: E402
@@ -66,6 +67,16 @@ def test_labels_cover_only_the_agents_lines(expert_data, tiny):
     agent = "".join(f" {m['content']}\n" for m in messages if m["role"] == "assistant")
     assert learned.split() == agent.split()
     assert messages[2]["content"].split()[0] not in learned.split()[:3]
+
+
+def test_the_agent_line_loss_equals_the_models_own_loss(expert_data, tiny):
+    _, path = expert_data
+    loaded = load_model(tiny, device="cpu", dtype=torch.float32)
+    rows = [tokenize_example(loaded.tokenizer, e["messages"], True, 4096) for e in read_examples(path)[:3]]
+    batch = _Collator(loaded.tokenizer.pad_token_id or 0)(rows)
+    total, count = agent_line_loss(loaded.model, batch)
+    assert count == sum(sum(label != -100 for label in r["labels"][1:]) for r in rows)
+    assert torch.allclose(total / count, loaded.model(**batch).loss, atol=1e-5)
 
 
 def test_toy_pipeline_trains_saves_loads_and_plays(expert_data, tiny, tmp_path, bundled_unseen):
