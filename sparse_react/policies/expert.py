@@ -14,7 +14,7 @@ written from the task and the plan:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from sparse_react.engine import NOTHING_HAPPENS
@@ -204,14 +204,14 @@ class SearchState:
     """What the agent has seen so far, read off the episode (nothing the game has not shown)."""
 
     location: str | None = None
-    searched: set[str] | None = None
+    searched: set[str] = field(default_factory=set)
     closed_here: bool = False
-    seen: dict[str, str] | None = None  # object name -> receptacle it was last seen in/on
+    seen: dict[str, str] = field(default_factory=dict)  # object name -> receptacle it was last seen in/on
     held: str | None = None
 
 
 def _search_state(turns: Sequence[tuple[str, str]]) -> SearchState:
-    s = SearchState(searched=set(), seen={})
+    s = SearchState()
     for command, observation in turns:
         verb, _, rest = command.partition(" ")
         if observation == NOTHING_HAPPENS or verb == "think:":
@@ -241,9 +241,9 @@ class SearchingExpertPolicy(ExpertPolicy):
     It looks for the task's object (and, for Look tasks, the lamp) by visiting the room's
     receptacles in a fixed order: kinds ranked by how often training games put that object there
     (`search_order`), instances by number, opening closed ones. Once the thing has been seen it
-    goes there; the planner finishes the rest (cleaning, heating, placing), whose receptacles are
-    all named in the room description. Its trajectories are what a model can learn to imitate:
-    they never walk straight to a hidden object.
+    goes there, then to the appliance and the goal receptacle, which the room description names
+    from the start (the planner only steps in if a command of its own is not admissible). Its
+    trajectories are what a model can learn to imitate: they never walk straight to a hidden object.
     """
 
     name = "search-expert"
@@ -253,7 +253,7 @@ class SearchingExpertPolicy(ExpertPolicy):
         super().start(env, context)
         room = context.last_observation.partition("Your task is to:")[0]
         self._receptacles = list(dict.fromkeys(_ENTITY.findall(room)))
-        self._state = SearchState(searched=set(), seen={})
+        self._state = SearchState()
 
     def next_line(self, context, admissible: Sequence[str]) -> str:
         self._state = _search_state(context.turns)
@@ -271,9 +271,11 @@ class SearchingExpertPolicy(ExpertPolicy):
             return None
         if self._task_type in TRANSFORM and not self._progress.transformed:
             verb, _, kind = TRANSFORM[self._task_type]
-            place, command = self._first(kind), f"{verb} {held} with {self._first(kind)}"
+            place = self._first(kind)
+            command = f"{verb} {held} with {place}"
         else:
-            place, command = self._first(self._target), f"move {held} to {self._first(self._target)}"
+            place = self._first(self._target)
+            command = f"move {held} to {place}"
         if place is None or here != place:
             return place and f"go to {place}"
         return command if command in admissible or f"open {place}" not in admissible else f"open {place}"
