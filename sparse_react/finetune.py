@@ -26,6 +26,7 @@ import torch
 from sparse_react.policies.hf import MODEL_CARD, ModelError, cpu_has_native_bf16, load_model, render_head
 
 MODEL_FORMAT = "sparse_react.model/1"
+THOUGHT_MARGIN = 16  # tokens a fine-tuned model may write beyond its longest training thought
 
 
 class FinetuneError(ValueError):
@@ -146,9 +147,17 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
             "resumed_from": checkpoints[-1].name if checkpoints else None,
             "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
             "train_loss": result.training_loss, "seconds_this_run": round(time.perf_counter() - started, 1),
+            "max_thought_tokens": longest_thought(tokenizer, examples) + THOUGHT_MARGIN,
             "train_games": sorted({e.get("game_sha256") or e.get("game") for e in examples})}
     (out / MODEL_CARD).write_text(json.dumps(card, indent=1) + "\n")
     return card
+
+
+def longest_thought(tokenizer: Any, examples: Sequence[dict]) -> int:
+    """Tokens in the longest thought line of the data: how long a thought the model learned to write."""
+    thoughts = [m["content"] for e in examples for m in e["messages"][1:]
+                if m["role"] == "assistant" and m["content"].startswith("think:")]
+    return max((len(tokenizer(" " + t + "\n", add_special_tokens=False)["input_ids"]) for t in thoughts), default=0)
 
 
 def _plain(model: Any, source: str) -> Any:

@@ -85,6 +85,8 @@ def test_toy_pipeline_trains_saves_loads_and_plays(expert_data, tiny, tmp_path, 
     assert card["steps"] == 12 and card["rhythm"] == "sparse" and card["shots"] == 0
     assert card["last_loss"] < card["first_loss"]
     assert (tmp_path / "model" / "model.safetensors").is_file()
+    assert card["max_thought_tokens"] > 20  # the expert's first thought is a sentence or two
+    assert HFPolicy(model=tmp_path / "model", device="cpu").max_thought_tokens == card["max_thought_tokens"]
     policy = HFPolicy(model=tmp_path / "model", device="cpu", max_thought_tokens=4)
     assert policy.shots == 0
     env = HouseholdEnv(bundled_unseen)

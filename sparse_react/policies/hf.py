@@ -38,6 +38,7 @@ ACTION_MODES = ("scored", "free")
 EMPTY_THOUGHT = THINK + "..."
 MAX_ACTION_TOKENS = 32
 MODEL_CARD = "sparse_react.json"
+MAX_THOUGHT_TOKENS = 48  # per thought, unless a fine-tuned model's card says how long its thoughts were
 
 
 class ModelError(ValueError):
@@ -380,7 +381,7 @@ class HFPolicy:
 
     def __init__(self, model: str | Path | None = None, action_mode: str = "scored", device: str = "auto",
                  dtype: str | torch.dtype | None = None, temperature: float = 0.0, seed: int = 0,
-                 max_thought_tokens: int = 48, trust_remote_code: bool = False, reuse_cache: bool = True,
+                 max_thought_tokens: int | None = None, trust_remote_code: bool = False, reuse_cache: bool = True,
                  chat: bool | None = None, loaded: LoadedModel | None = None, shots: int | None = None,
                  window: int = 0) -> None:
         if action_mode not in ACTION_MODES:
@@ -388,9 +389,10 @@ class HFPolicy:
         self.loaded = loaded or load_model(model, device, dtype, trust_remote_code)
         self.tokenizer, self.model, self.device = self.loaded.tokenizer, self.loaded.model, self.loaded.device
         self.action_mode, self.temperature, self.seed = action_mode, temperature, seed
-        self.max_thought_tokens, self.reuse_cache = max(1, max_thought_tokens), reuse_cache
+        self.reuse_cache = reuse_cache
         self._cache_kwarg = _cache_argument(self.model)
         card = model_card(self.loaded.source)
+        self.max_thought_tokens = max(1, max_thought_tokens or card.get("max_thought_tokens", MAX_THOUGHT_TOKENS))
         self.shots = card.get("shots", 2) if shots is None else shots
         if self.shots not in (0, 2):
             raise ValueError(f"shots must be 0 (no examples) or 2 (the prompt's two examples), not {self.shots}")
