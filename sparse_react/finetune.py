@@ -176,8 +176,8 @@ def _plain(model: Any, source: str) -> Any:
 def agent_line_loss(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed cross-entropy over the labelled tokens, and their count.
 
-    Runs the output layer only where a label is: the agent's lines are a fifth of the tokens, and
-    vocabulary logits for every position are the largest tensors of a training step.
+    Runs the output layer only where a label is: the agent's lines are about a third of the tokens,
+    and vocabulary logits for every position are the largest tensors of a training step.
     """
     hidden = model.get_decoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
     targets = batch["labels"][:, 1:]
@@ -192,9 +192,9 @@ def _agent_line_trainer(trainer_class: type) -> type:
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             total, count = agent_line_loss(model, inputs)
-            if num_items_in_batch is None:
-                count = count * self.current_gradient_accumulation_steps
-            loss = total / torch.as_tensor(num_items_in_batch if num_items_in_batch is not None else count).clamp(min=1)
+            # Trainer passes the labelled-token count of the whole accumulated batch when it knows it.
+            items = num_items_in_batch if num_items_in_batch is not None else count * self.current_gradient_accumulation_steps
+            loss = total / torch.as_tensor(items).clamp(min=1)
             return (loss, None) if return_outputs else loss
 
     return AgentLineTrainer

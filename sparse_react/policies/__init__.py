@@ -13,7 +13,8 @@ class PolicyError(ValueError):
 
 def make_policy(spec: str, seed: int = 0, **model_settings):
     """A policy from its command-line name: `hf` (the embedded default model), `hf:MODEL` (a local
-    model folder or .gguf file), `expert` (knows where everything is), `search-expert` (searches likely places first), `random` or `scripted:FILE` (one line per turn).
+    model folder or .gguf file), `expert` (knows where everything is), `search-expert` (searches
+    likely places first), `random` or `scripted:FILE` (one line per turn).
     `model_settings` go to HFPolicy (action_mode, device, dtype, temperature, ...)."""
     from sparse_react.policies.expert import ExpertPolicy, SearchingExpertPolicy
     from sparse_react.policies.random_admissible import RandomPolicy
