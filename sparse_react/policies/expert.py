@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from sparse_react.engine import NOTHING_HAPPENS
-from sparse_react.policies.search_order import search_order
+from sparse_react.policies.search_order import ranked_kinds, search_order
 from sparse_react.prompts import THINK
 from sparse_react.env import HouseholdEnv
 from sparse_react.tasks import TaskType
@@ -65,7 +65,8 @@ class ExpertPolicy:
         self._obj = spec.obj.lower()
         self._target = spec.parent.lower()
         self._task_type = spec.task_type
-        self._places = _likely_places(context.last_observation, spec.obj)
+        self._receptacles = _receptacles_in(context.last_observation)
+        self._places = ranked_kinds(self._obj, [r.rpartition(" ")[0] for r in self._receptacles])[:4]
 
     def next_line(self, context, admissible: Sequence[str]) -> str:
         if self._env is None:
@@ -187,16 +188,13 @@ def _a(noun: str) -> str:
     return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
 
 
-def _likely_places(observation: str, obj_type: str) -> list[str]:
-    """Receptacle kinds in view that can hold this object type, by alfworld's placement rules."""
-    from alfworld.gen.constants import VAL_RECEPTACLE_OBJECTS
-
-    holds = {rtype.lower(): objs for rtype, objs in VAL_RECEPTACLE_OBJECTS.items()}
-    seen = dict.fromkeys(re.findall(r"an? ([a-z]+) \d+", observation.partition("Your task is to:")[0]))
-    return [kind for kind in seen if obj_type in holds.get(kind, ())][:4]
-
-
 _ENTITY = re.compile(r"\b(?:an?|the) ([a-z]+ \d+)")
+
+
+def _receptacles_in(observation: str) -> list[str]:
+    """The receptacles the first observation names (`cabinet 3`), in its order."""
+    return list(dict.fromkeys(_ENTITY.findall(observation.partition("Your task is to:")[0])))
+
 
 
 @dataclass
@@ -251,8 +249,6 @@ class SearchingExpertPolicy(ExpertPolicy):
 
     def start(self, env: HouseholdEnv, context) -> None:
         super().start(env, context)
-        room = context.last_observation.partition("Your task is to:")[0]
-        self._receptacles = list(dict.fromkeys(_ENTITY.findall(room)))
         self._state = SearchState()
 
     def next_line(self, context, admissible: Sequence[str]) -> str:

@@ -79,11 +79,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("folders", nargs="+", type=Path, help="folders searched for game.tw-pddl / game.json files")
     parser.add_argument("--out", type=Path, default=ORDER_FILE)
     args = parser.parse_args(argv)
-    from sparse_react.games.files import GAME_FILE_NAMES
+    from sparse_react.games.catalog import GameSetError, find_games
 
-    files = sorted(f for folder in args.folders for name in GAME_FILE_NAMES for f in folder.rglob(name))
-    if not files:
-        parser.error(f"no game files under {', '.join(map(str, args.folders))}")
+    try:
+        files = [game.path for folder in args.folders for game in find_games(folder)]
+    except GameSetError as exc:
+        parser.error(str(exc))
     data = {"sources": [f.name for f in args.folders], "games": len(files), "counts": count_placements(files)}
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     print(f"{len(files)} games -> {args.out}")
