@@ -5,8 +5,9 @@ For each rhythm: `search-expert` plays the same train games (ALFWorld's train sp
 `--train-games`, plus the bundled train set) in that rhythm → `sparse-react export` → `sparse-react
 finetune` (same seed, optimizer steps, batch, learning rate) → `sparse-react eval` on the bundled
 valid_unseen set and ALFWorld's valid_seen split. Finally `sparse-react report` over every evaluation
-run. Every step is one CLI command, printed before it runs; a rerun skips finished steps and resumes
-unfinished ones.
+run, and `ablation.md`: the rhythms side by side per evaluation set (`sparse_react.ablation`). Every
+step is one CLI command, printed before it runs; a rerun skips finished steps and resumes unfinished
+ones.
 
     ALFWORLD_DATA=../shared/alfworld HF_HUB_OFFLINE=1 python benchmarks/ablation.py \
         [--rhythms sparse,dense,im,act] [--max-steps 100] [--out runs/ablation]
@@ -21,6 +22,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from sparse_react.ablation import write_ablation_report
 
 CLI = [sys.executable, "-m", "sparse_react.cli"]
 
@@ -65,6 +68,8 @@ def main() -> None:
                   "--out", str(run)])
             evals.append(str(run))
     step(["report", *evals, "--out", str(out / "report")])
+    path = write_ablation_report(out)
+    print(f"\n{path}:\n\n{path.read_text()}", flush=True)
 
 
 if __name__ == "__main__":

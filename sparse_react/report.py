@@ -129,7 +129,7 @@ def summarize(runs: Sequence[Run]) -> list[GroupStats]:
     return groups
 
 
-def _num(value: float | None, digits: int = 2) -> str:
+def format_number(value: float | None, digits: int = 2) -> str:
     return DASH if value is None else f"{value:.{digits}f}"
 
 
@@ -137,7 +137,7 @@ def _pct(value: float | None) -> str:
     return DASH if value is None else f"{value:.1%}"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = [header, ["---"] * len(header), *rows]
     return "\n".join("| " + " | ".join(row) + " |" for row in lines)
 
@@ -156,9 +156,9 @@ def markdown_report(runs: Sequence[Run]) -> str:
     groups = summarize(runs)
     failure_names = [f.value for f in Failure]
     measures = [
-        [g.name, g.policy, str(g.episodes), _num(g.mean_steps_won, 1), _num(g.thoughts_per_episode),
-         _num(g.thought_density, 3), _pct(g.invalid_action_rate),
-         *(str(g.failures[f]) for f in failure_names), _num(g.tokens_per_episode, 0), _num(g.time_per_episode)]
+        [g.name, g.policy, str(g.episodes), format_number(g.mean_steps_won, 1), format_number(g.thoughts_per_episode),
+         format_number(g.thought_density, 3), _pct(g.invalid_action_rate),
+         *(str(g.failures[f]) for f in failure_names), format_number(g.tokens_per_episode, 0), format_number(g.time_per_episode)]
         for g in groups
     ]
     sources = ", ".join(f"`{label}` ({len(eps)} episodes)" for label, eps in runs)
@@ -166,9 +166,9 @@ def markdown_report(runs: Sequence[Run]) -> str:
         "# Report",
         f"Runs: {sources}. Success is what the game said (`won`); all numbers come from the records.",
         "## Success by task type",
-        _table(["", *COLUMNS], success_rows(groups)),
+        markdown_table(["", *COLUMNS], success_rows(groups)),
         "## Behaviour",
-        _table(["", "policy", "episodes", "steps to success", "thoughts/ep", "thought density",
+        markdown_table(["", "policy", "episodes", "steps to success", "thoughts/ep", "thought density",
                 "invalid actions", *failure_names, "tokens/ep", "time/ep (s)"], measures),
         "Steps to success: mean entries (thoughts and actions) of won episodes. Invalid actions: "
         "actions answered `Nothing happens.` over all actions. Failures: episodes not won, by class. "

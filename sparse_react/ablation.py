@@ -1,0 +1,100 @@
+"""The rhythm ablation side by side: one fine-tuned model per rhythm, each evaluated on the same sets.
+
+Reads a folder laid out by `benchmarks/ablation.py`: `model-RHYTHM/sparse_react.json` (the card
+`sparse-react finetune` writes) and `eval-RHYTHM-SET/` run folders. Every number comes from those
+files; success is the game's `won`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparse_react.report import (
+    COLUMNS, DASH, GroupStats, format_number, group_stats, load_runs, markdown_table, success_rows)
+from sparse_react.trajectory import RecordError
+
+RHYTHM_ORDER: tuple[str, ...] = ("sparse", "dense", "im", "act")
+CARD = "sparse_react.json"
+# Yao et al. (ICLR 2023), Table 3: PaLM-540B prompted (best prompt set), ALFWorld's 134 unseen games.
+PAPER_UNSEEN = {"ReAct (sparse)": 71, "ReAct-IM (im)": 53, "Act (act)": 45}
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    """What a model's card says about its training."""
+
+    rhythm: str
+    examples: int
+    steps: int
+    first_loss: float | None  # None when training ended before the first logged step
+    last_loss: float | None
+    max_thought_tokens: int | None
+
+
+@dataclass
+class Ablation:
+    """The models found and, per evaluation set (as `sparse-react eval --games` named it), one row per rhythm."""
+
+    root: Path
+    models: dict[str, TrainedModel]
+    sets: dict[str, list[GroupStats]]
+
+
+def _rhythm_key(rhythm: str) -> tuple[int, str]:
+    return (RHYTHM_ORDER.index(rhythm) if rhythm in RHYTHM_ORDER else len(RHYTHM_ORDER), rhythm)
+
+
+def load_ablation(root: Path | str) -> Ablation:
+    """Read every model card and evaluation run under root. Raises RecordError naming root when it holds no runs."""
+    root = Path(root)
+    models = {}
+    for card_path in sorted(root.glob(f"model-*/{CARD}")):
+        card = json.loads(card_path.read_text())
+        models[card["rhythm"]] = TrainedModel(card["rhythm"], card["examples"], card["steps"], card["first_loss"],
+                                              card["last_loss"], card.get("max_thought_tokens"))
+    sets: dict[str, list[GroupStats]] = {}
+    for run_dir in sorted(p for p in root.glob("eval-*") if (p / "settings.json").is_file()):
+        games = json.loads((run_dir / "settings.json").read_text())["games"]
+        ((label, episodes),) = load_runs([run_dir])
+        for rhythm in dict.fromkeys(e.rhythm for e in episodes):
+            sets.setdefault(games, []).append(group_stats(rhythm, label, [e for e in episodes if e.rhythm == rhythm]))
+    if not sets:
+        raise RecordError(f"{root}: no eval-RHYTHM-SET run folders (benchmarks/ablation.py writes them)")
+    for groups in sets.values():
+        groups.sort(key=lambda g: _rhythm_key(g.rhythm))
+    return Ablation(root, dict(sorted(models.items(), key=lambda kv: _rhythm_key(kv[0]))), sets)
+
+
+def order(groups: list[GroupStats]) -> str:
+    """The rhythms by overall success, best first: `sparse 75% > act 60% = im 60%`."""
+    ranked = sorted(groups, key=lambda g: -(g.success("All") or 0.0))
+    text = f"{ranked[0].rhythm} {ranked[0].success('All'):.0f}%"
+    for before, g in zip(ranked, ranked[1:]):
+        text += (" = " if g.success("All") == before.success("All") else " > ") + f"{g.rhythm} {g.success('All'):.0f}%"
+    return text
+
+
+def ablation_markdown(ablation: Ablation) -> str:
+    """Training, then per evaluation set the success table with thoughts and tokens per episode, then the order."""
+    parts = ["# Rhythm ablation", f"From `{ablation.root}`. Success is what the game said (`won`)."]
+    if ablation.models:
+        rows = [[m.rhythm, str(m.examples), str(m.steps), f"{format_number(m.first_loss, 3)} → {format_number(m.last_loss, 3)}",
+                 str(m.max_thought_tokens or DASH)] for m in ablation.models.values()]
+        parts += ["## Training", markdown_table(["rhythm", "examples", "steps", "loss", "longest thought (tokens)"], rows)]
+    for games, groups in ablation.sets.items():
+        rows = [[*cells, format_number(g.thoughts_per_episode, 1), format_number(g.tokens_per_episode, 0), format_number(g.mean_steps_won, 1),
+                 str(g.failures["budget"])] for g, cells in zip(groups, success_rows(groups))]
+        header = ["rhythm", *COLUMNS, "thoughts/ep", "tokens/ep", "steps to success", "out of steps"]
+        parts += [f"## {games}", markdown_table(header, rows), f"Order: {order(groups)}."]
+    paper = " > ".join(f"{r} {p}%" for r, p in PAPER_UNSEEN.items())
+    parts.append(f"The paper's order (PaLM-540B prompted, ALFWorld unseen): {paper}.")
+    return "\n\n".join(parts) + "\n"
+
+
+def write_ablation_report(root: Path | str, out: Path | str | None = None) -> Path:
+    """Write ablation.md (default: into root) and return its path."""
+    path = Path(out) if out else Path(root) / "ablation.md"
+    path.write_text(ablation_markdown(load_ablation(root)))
+    return path

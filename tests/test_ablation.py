@@ -1,0 +1,77 @@
+"""The ablation view (sparse_react.ablation and notebooks/ablation.ipynb) over a real, tiny ablation folder:
+a model card from a real (toy) fine-tuning and two evaluation runs on bundled games, laid out as
+benchmarks/ablation.py lays them out."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from sparse_react.ablation import load_ablation, write_ablation_report  # noqa: E402
+from sparse_react.evaluate import RunSettings, evaluate  # noqa: E402
+from sparse_react.export import export  # noqa: E402
+from sparse_react.finetune import FinetuneSettings, finetune  # noqa: E402
+from sparse_react.games.catalog import find_games  # noqa: E402
+from sparse_react.policies.expert import ExpertPolicy  # noqa: E402
+from sparse_react.policies.random_admissible import RandomPolicy  # noqa: E402
+from sparse_react.tasks import TaskType  # noqa: E402
+from sparse_react.trajectory import RecordError  # noqa: E402
+from test_notebook import NOTEBOOKS, execute, nbformat, texts  # noqa: E402
+from tiny import tiny_model  # noqa: E402
+
+NOTEBOOK = NOTEBOOKS / "ablation.ipynb"
+
+
+@pytest.fixture(scope="module")
+def ablation_dir(bundled_unseen, tmp_path_factory):
+    """model-sparse (2 optimizer steps of a tiny model on two expert episodes of bundled train games),
+    eval-sparse-valid_unseen (the expert) and eval-act-valid_unseen (a random policy) on one bundled
+    valid_unseen game per task type."""
+    root = tmp_path_factory.mktemp("ablation")
+    games = [next(g for g in bundled_unseen if g.task_type is t) for t in TaskType]
+    for rhythm, policy in (("sparse", ExpertPolicy()), ("act", RandomPolicy(seed=0))):
+        evaluate(games, policy, rhythm, run_dir=root / f"eval-{rhythm}-valid_unseen",
+                 settings=RunSettings("valid_unseen", policy.name, (rhythm,)), progress=False)
+    evaluate(find_games("train")[:2], ExpertPolicy(), "sparse", run_dir=root / "expert", progress=False)
+    export([root / "expert"], root / "data.jsonl")
+    tiny_model(root / "tiny", chat=True)
+    finetune(FinetuneSettings(str(root / "data.jsonl"), str(root / "tiny"), max_steps=2, batch_size=1,
+                              grad_accum=1, max_length=512, save_steps=1), root / "model-sparse", progress=False)
+    return root
+
+
+def test_the_rhythms_are_side_by_side_with_their_training(ablation_dir):
+    ablation = load_ablation(ablation_dir)
+    assert list(ablation.models) == ["sparse"] and ablation.models["sparse"].steps == 2
+    (games, groups), = ablation.sets.items()
+    assert games == "valid_unseen" and [g.rhythm for g in groups] == ["sparse", "act"]
+    text = write_ablation_report(ablation_dir).read_text()
+    assert "| sparse | " + " | ".join(["1/1 (100%)"] * 6) + " | 6/6 (100%) |" in text
+    act = groups[1]
+    assert f"| act | " in text and f"{act.wins['All']}/6" in text and act.thoughts_per_episode == 0
+    assert f"Order: sparse 100% > act {act.success('All'):.0f}%." in text
+    loss = ablation.models["sparse"]
+    assert f"| sparse | 2 | 2 | {loss.first_loss:.3f} → {loss.last_loss:.3f} |" in text  # examples, steps, loss
+
+
+def test_a_folder_without_runs_is_named(tmp_path):
+    with pytest.raises(RecordError, match=str(tmp_path)):
+        load_ablation(tmp_path)
+
+
+def test_the_ablation_notebook_is_stored_clean_and_runs(ablation_dir, monkeypatch):
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code)
+    assert "parameters" in code[0].metadata.get("tags", [])
+    monkeypatch.setenv("SPARSE_REACT_ABLATION", str(ablation_dir))
+    execute(nb)
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors, "\n".join(f"{o.ename}: {o.evalue}" for o in errors)
+    outputs = "\n".join(texts(nb.cells))
+    assert "valid_unseen: sparse (6 episodes), act (6 episodes)" in outputs
+    assert "valid_unseen: sparse 100% > act" in outputs and "ReAct (sparse) 71%" in outputs
+    assert sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", [])) == 1
