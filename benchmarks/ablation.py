@@ -5,9 +5,9 @@ For each rhythm: `search-expert` plays the same train games (ALFWorld's train sp
 `--train-games`, plus the bundled train set) in that rhythm → `sparse-react export` → `sparse-react
 finetune` (same seed, optimizer steps, batch, learning rate) → `sparse-react eval` on the bundled
 valid_unseen set and ALFWorld's valid_seen split. Finally `sparse-react report` over every evaluation
-run, and `ablation.md`: the rhythms side by side per evaluation set (`sparse_react.ablation`). Every
-step is one CLI command, printed before it runs; a rerun skips finished steps and resumes unfinished
-ones.
+run in the folder (earlier rhythms' too) and `ablation.md`, the rhythms side by side per evaluation
+set (`sparse_react.ablation`). Every step is one CLI command, printed before it runs; a rerun skips
+finished steps and resumes unfinished ones.
 
     ALFWORLD_DATA=../shared/alfworld HF_HUB_OFFLINE=1 python benchmarks/ablation.py \
         [--rhythms sparse,dense,im,act] [--max-steps 100] [--out runs/ablation]
@@ -47,7 +47,6 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/ablation"))
     args = parser.parse_args()
     out = args.out
-    evals = []
     for rhythm in args.rhythms.split(","):
         experts = [out / f"expert-{rhythm}-alfworld", out / f"expert-{rhythm}-bundled"]
         limit = ["--limit", str(args.train_games)] if args.train_games else []
@@ -66,8 +65,8 @@ def main() -> None:
             run = out / f"eval-{rhythm}-{games.replace(':', '-')}"
             step(["eval", "--games", games, "--model", str(model), "--rhythms", rhythm, "--batch", args.batch,
                   "--out", str(run)])
-            evals.append(str(run))
-    step(["report", *evals, "--out", str(out / "report")])
+    every_eval = sorted(str(p) for p in out.glob("eval-*") if (p / "settings.json").is_file())
+    step(["report", *every_eval, "--out", str(out / "report")])
     path = write_ablation_report(out)
     print(f"\n{path}:\n\n{path.read_text()}", flush=True)
 

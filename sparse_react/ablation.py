@@ -30,7 +30,7 @@ class TrainedModel:
     steps: int
     first_loss: float | None  # None when training ended before the first logged step
     last_loss: float | None
-    max_thought_tokens: int | None
+    max_thought_tokens: int | None  # the card's cap: longest training thought + a margin
 
 
 @dataclass
@@ -81,13 +81,18 @@ def ablation_markdown(ablation: Ablation) -> str:
     parts = ["# Rhythm ablation", f"From `{ablation.root}`. Success is what the game said (`won`)."]
     if ablation.models:
         rows = [[m.rhythm, str(m.examples), str(m.steps), f"{format_number(m.first_loss, 3)} → {format_number(m.last_loss, 3)}",
-                 str(m.max_thought_tokens or DASH)] for m in ablation.models.values()]
-        parts += ["## Training", markdown_table(["rhythm", "examples", "steps", "loss", "longest thought (tokens)"], rows)]
+                 DASH if m.rhythm == "act" else str(m.max_thought_tokens or DASH)] for m in ablation.models.values()]
+        parts += ["## Training", markdown_table(["rhythm", "examples", "steps", "loss", "thought cap (tokens)"], rows),
+                  "Loss: the first and last logged values (agent lines only). Thought cap: the longest training "
+                  "thought plus a margin, the most the policy lets the model write."]
     for games, groups in ablation.sets.items():
         rows = [[*cells, format_number(g.thoughts_per_episode, 1), format_number(g.tokens_per_episode, 0), format_number(g.mean_steps_won, 1),
                  str(g.failures["budget"])] for g, cells in zip(groups, success_rows(groups))]
         header = ["rhythm", *COLUMNS, "thoughts/ep", "tokens/ep", "steps to success", "out of steps"]
         parts += [f"## {games}", markdown_table(header, rows), f"Order: {order(groups)}."]
+    parts.append("Tokens/ep: tokens the model ran through per episode (each new turn's text, scored candidates and "
+                 "generated lines; the cached history counted once). Steps to success: entries (thoughts and actions) "
+                 "of won episodes. Out of steps: episodes that used the whole budget (thoughts count as steps).")
     paper = " > ".join(f"{r} {p}%" for r, p in PAPER_UNSEEN.items())
     parts.append(f"The paper's order (PaLM-540B prompted, ALFWorld unseen): {paper}.")
     return "\n\n".join(parts) + "\n"
