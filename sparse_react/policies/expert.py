@@ -106,15 +106,20 @@ class ExpertPolicy:
         return None
 
     def _key_moment(self, context, phase: str) -> str | None:
-        """The sparse thought due before the next action, if this is a key moment."""
+        """The sparse thought due before the next action, if this is a key moment: the start, a
+        surprise, or a new phase."""
         surprise = context.turns and context.turns[-1][1] == NOTHING_HAPPENS
         changed, self._phase = phase != self._phase, phase
         if not context.turns:
-            return f"To solve this I need to {self._decomposition()}. First, {self._search()}"
+            return self._opening()
         if surprise:
             return f"That did nothing. I still need to {phase}; I'll try another way."
-        if not changed:
-            return None
+        return self._new_phase(phase) if changed else None
+
+    def _opening(self) -> str:
+        return f"To solve this I need to {self._decomposition()}. First, {self._search()}"
+
+    def _new_phase(self, phase: str) -> str:
         p = self._progress
         if phase.startswith("find"):
             return f"One {self._obj} is in place. Now I need a second one: {self._search()}"
@@ -326,12 +331,10 @@ class SearchingExpertPolicy(ExpertPolicy):
         second = "a second " + kind if self._progress.placed else _a(kind)
         return f"find {second}"
 
-    def _key_moment(self, context, phase: str) -> str | None:
-        thought = super()._key_moment(context, phase)
-        if not context.turns:
-            return f"To solve this I need to {self._decomposition()}. First I need to find {_a(self._obj)}. {self._search()}"
-        if thought is None or thought.startswith("That did nothing"):
-            return thought
+    def _opening(self) -> str:
+        return f"To solve this I need to {self._decomposition()}. First I need to find {_a(self._obj)}. {self._search()}"
+
+    def _new_phase(self, phase: str) -> str:
         if phase.startswith("take"):
             name, place = phase.removeprefix("take the ").split(" from the ")
             return f"Now I find {_a(self._obj)} ({name}) in/on the {place}. Next, I take it."
@@ -341,7 +344,7 @@ class SearchingExpertPolicy(ExpertPolicy):
             return f"I have the {self._obj}. Next, I need to find {_a(self._target)}. {self._search_for(self._target)}"
         if phase.startswith("find"):
             return f"One {self._obj} is in place. Now I need a second one. {self._search_for(self._obj)}"
-        return thought
+        return super()._new_phase(phase)
 
     def _search(self) -> str:
         return self._search_for(self._obj)
