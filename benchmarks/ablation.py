@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from sparse_react.ablation import write_ablation_report
+from sparse_react.ablation import eval_runs, write_ablation_report
 
 CLI = [sys.executable, "-m", "sparse_react.cli"]
 
@@ -65,8 +65,7 @@ def main() -> None:
             run = out / f"eval-{rhythm}-{games.replace(':', '-')}"
             step(["eval", "--games", games, "--model", str(model), "--rhythms", rhythm, "--batch", args.batch,
                   "--out", str(run)])
-    every_eval = sorted(str(p) for p in out.glob("eval-*") if (p / "settings.json").is_file())
-    step(["report", *every_eval, "--out", str(out / "report")])
+    step(["report", *map(str, eval_runs(out)), "--out", str(out / "report")])
     path = write_ablation_report(out)
     print(f"\n{path}:\n\n{path.read_text()}", flush=True)
 

@@ -46,6 +46,11 @@ def _rhythm_key(rhythm: str) -> tuple[int, str]:
     return (RHYTHM_ORDER.index(rhythm) if rhythm in RHYTHM_ORDER else len(RHYTHM_ORDER), rhythm)
 
 
+def eval_runs(root: Path | str) -> list[Path]:
+    """The evaluation run folders under root (`eval-*` holding a settings.json), by name."""
+    return sorted(p for p in Path(root).glob("eval-*") if (p / "settings.json").is_file())
+
+
 def load_ablation(root: Path | str) -> Ablation:
     """Read every model card and evaluation run under root. Raises RecordError naming root when it holds no runs."""
     root = Path(root)
@@ -55,7 +60,7 @@ def load_ablation(root: Path | str) -> Ablation:
         models[card["rhythm"]] = TrainedModel(card["rhythm"], card["examples"], card["steps"], card["first_loss"],
                                               card["last_loss"], card.get("max_thought_tokens"))
     sets: dict[str, list[GroupStats]] = {}
-    for run_dir in sorted(p for p in root.glob("eval-*") if (p / "settings.json").is_file()):
+    for run_dir in eval_runs(root):
         games = json.loads((run_dir / "settings.json").read_text())["games"]
         ((label, episodes),) = load_runs([run_dir])
         for rhythm in dict.fromkeys(e.rhythm for e in episodes):
@@ -80,14 +85,16 @@ def ablation_markdown(ablation: Ablation) -> str:
     """Training, then per evaluation set the success table with thoughts and tokens per episode, then the order."""
     parts = ["# Rhythm ablation", f"From `{ablation.root}`. Success is what the game said (`won`)."]
     if ablation.models:
-        rows = [[m.rhythm, str(m.examples), str(m.steps), f"{format_number(m.first_loss, 3)} → {format_number(m.last_loss, 3)}",
+        rows = [[m.rhythm, str(m.examples), str(m.steps),
+                 f"{format_number(m.first_loss, 3)} → {format_number(m.last_loss, 3)}",
                  DASH if m.rhythm == "act" else str(m.max_thought_tokens or DASH)] for m in ablation.models.values()]
         parts += ["## Training", markdown_table(["rhythm", "examples", "steps", "loss", "thought cap (tokens)"], rows),
                   "Loss: the first and last logged values (agent lines only). Thought cap: the longest training "
                   "thought plus a margin, the most the policy lets the model write."]
     for games, groups in ablation.sets.items():
-        rows = [[*cells, format_number(g.thoughts_per_episode, 1), format_number(g.tokens_per_episode, 0), format_number(g.mean_steps_won, 1),
-                 str(g.failures["budget"])] for g, cells in zip(groups, success_rows(groups))]
+        rows = [[*cells, format_number(g.thoughts_per_episode, 1), format_number(g.tokens_per_episode, 0),
+                 format_number(g.mean_steps_won, 1), str(g.failures["budget"])]
+                for g, cells in zip(groups, success_rows(groups))]
         header = ["rhythm", *COLUMNS, "thoughts/ep", "tokens/ep", "steps to success", "out of steps"]
         parts += [f"## {games}", markdown_table(header, rows), f"Order: {order(groups)}."]
     parts.append("Tokens/ep: tokens the model ran through per episode (each new turn's text, scored candidates and "

@@ -156,9 +156,10 @@ def markdown_report(runs: Sequence[Run]) -> str:
     groups = summarize(runs)
     failure_names = [f.value for f in Failure]
     measures = [
-        [g.name, g.policy, str(g.episodes), format_number(g.mean_steps_won, 1), format_number(g.thoughts_per_episode),
-         format_number(g.thought_density, 3), _pct(g.invalid_action_rate),
-         *(str(g.failures[f]) for f in failure_names), format_number(g.tokens_per_episode, 0), format_number(g.time_per_episode)]
+        [g.name, g.policy, str(g.episodes), format_number(g.mean_steps_won, 1),
+         format_number(g.thoughts_per_episode), format_number(g.thought_density, 3), _pct(g.invalid_action_rate),
+         *(str(g.failures[f]) for f in failure_names), format_number(g.tokens_per_episode, 0),
+         format_number(g.time_per_episode)]
         for g in groups
     ]
     sources = ", ".join(f"`{label}` ({len(eps)} episodes)" for label, eps in runs)
@@ -169,7 +170,7 @@ def markdown_report(runs: Sequence[Run]) -> str:
         markdown_table(["", *COLUMNS], success_rows(groups)),
         "## Behaviour",
         markdown_table(["", "policy", "episodes", "steps to success", "thoughts/ep", "thought density",
-                "invalid actions", *failure_names, "tokens/ep", "time/ep (s)"], measures),
+                        "invalid actions", *failure_names, "tokens/ep", "time/ep (s)"], measures),
         "Steps to success: mean entries (thoughts and actions) of won episodes. Invalid actions: "
         "actions answered `Nothing happens.` over all actions. Failures: episodes not won, by class. "
         f"Tokens: mean over episodes with known token counts ({DASH} when none).",
