@@ -339,13 +339,15 @@ def finetune(
     save_steps: int = typer.Option(100, min=1, help="Checkpoint every N optimizer steps."),
     seed: int = typer.Option(0),
     device: str = typer.Option("auto", help="auto, cpu, cuda, ..."),
+    low_memory: bool = typer.Option(False, help="Return freed activations to the OS (Linux): "
+                                    "about a third of the peak memory, about 1.3x the time on CPU."),
 ) -> None:
     """Fine-tune a local causal LM on exported episodes; writes a model folder `--model` loads."""
     from sparse_react.finetune import FinetuneSettings
     from sparse_react.finetune import finetune as train
 
     settings = FinetuneSettings(str(data), base, epochs, max_steps, learning_rate, batch_size, grad_accum,
-                                max_length, save_steps, seed, device)
+                                max_length, save_steps, seed, device, low_memory)
     _INTERRUPTED[0] = f"checkpoints are in {out / 'checkpoints'}; rerun the same command to resume"
     try:
         card = train(settings, out)
