@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from itertools import combinations
+from math import comb
 from pathlib import Path
 
 from sparse_react.report import (
@@ -40,6 +42,25 @@ class Ablation:
     root: Path
     models: dict[str, TrainedModel]
     sets: dict[str, list[GroupStats]]
+    won: dict[str, dict[str, dict[tuple[str, int], bool]]]  # set → rhythm → (game, prompt variant) → won
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Two rhythms on the games both played: how many each won where the other lost, and the exact
+    two-sided McNemar p-value (a sign test on those discordant games)."""
+
+    first: str
+    second: str
+    games: int
+    both_won: int
+    only_first: int
+    only_second: int
+
+    @property
+    def p_value(self) -> float:
+        n, k = self.only_first + self.only_second, min(self.only_first, self.only_second)
+        return min(1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
 
 
 def _rhythm_key(rhythm: str) -> tuple[int, str]:
@@ -60,16 +81,31 @@ def load_ablation(root: Path | str) -> Ablation:
         models[card["rhythm"]] = TrainedModel(card["rhythm"], card["examples"], card["steps"], card["first_loss"],
                                               card["last_loss"], card.get("max_thought_tokens"))
     sets: dict[str, list[GroupStats]] = {}
+    won: dict[str, dict[str, dict[tuple[str, int], bool]]] = {}
     for run_dir in eval_runs(root):
         games = json.loads((run_dir / "settings.json").read_text())["games"]
         ((label, episodes),) = load_runs([run_dir])
         for rhythm in dict.fromkeys(e.rhythm for e in episodes):
-            sets.setdefault(games, []).append(group_stats(rhythm, label, [e for e in episodes if e.rhythm == rhythm]))
+            mine = [e for e in episodes if e.rhythm == rhythm]
+            sets.setdefault(games, []).append(group_stats(rhythm, label, mine))
+            won.setdefault(games, {})[rhythm] = {(e.game, e.prompt_variant): e.won for e in mine}
     if not sets:
         raise RecordError(f"{root}: no eval-RHYTHM-SET run folders (benchmarks/ablation.py writes them)")
     for groups in sets.values():
         groups.sort(key=lambda g: _rhythm_key(g.rhythm))
-    return Ablation(root, dict(sorted(models.items(), key=lambda kv: _rhythm_key(kv[0]))), sets)
+    return Ablation(root, dict(sorted(models.items(), key=lambda kv: _rhythm_key(kv[0]))), sets, won)
+
+
+def paired(ablation: Ablation, games: str) -> list[PairedComparison]:
+    """Every pair of rhythms evaluated on `games`, compared game by game on the games both played."""
+    by_rhythm = ablation.won[games]
+    pairs = []
+    for a, b in combinations(sorted(by_rhythm, key=_rhythm_key), 2):
+        shared = by_rhythm[a].keys() & by_rhythm[b].keys()
+        wins = [(by_rhythm[a][k], by_rhythm[b][k]) for k in shared]
+        pairs.append(PairedComparison(a, b, len(shared), wins.count((True, True)), wins.count((True, False)),
+                                      wins.count((False, True))))
+    return pairs
 
 
 def order(groups: list[GroupStats]) -> str:
@@ -97,9 +133,16 @@ def ablation_markdown(ablation: Ablation) -> str:
                 for g, cells in zip(groups, success_rows(groups))]
         header = ["rhythm", *COLUMNS, "thoughts/ep", "tokens/ep", "steps to success", "out of steps"]
         parts += [f"## {games}", markdown_table(header, rows), f"Order: {order(groups)}."]
+        if len(groups) > 1:
+            rows = [[f"{c.first} vs {c.second}", str(c.games), str(c.both_won), str(c.only_first), str(c.only_second),
+                     f"{c.p_value:.2g}"] for c in paired(ablation, games)]
+            parts.append(markdown_table(["pair", "games", "both won", "only the first won", "only the second won",
+                                         "p (exact McNemar)"], rows))
     parts.append("Tokens/ep: tokens the model ran through per episode (each new turn's text, scored candidates and "
                  "generated lines; the cached history counted once). Steps to success: entries (thoughts and actions) "
-                 "of won episodes. Out of steps: episodes that used the whole budget (thoughts count as steps).")
+                 "of won episodes. Out of steps: episodes that used the whole budget (thoughts count as steps). Pairs: "
+                 "the same games played by two rhythms; p is the chance of a split at least this uneven of the games "
+                 "only one of them won if neither rhythm were better (two-sided).")
     paper = " > ".join(f"{r} {p}%" for r, p in PAPER_UNSEEN.items())
     parts.append(f"The paper's order (PaLM-540B prompted, ALFWorld unseen): {paper}.")
     return "\n\n".join(parts) + "\n"

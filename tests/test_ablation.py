@@ -10,7 +10,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from sparse_react.ablation import load_ablation, write_ablation_report  # noqa: E402
+from sparse_react.ablation import PairedComparison, load_ablation, paired, write_ablation_report  # noqa: E402
 from sparse_react.evaluate import RunSettings, evaluate  # noqa: E402
 from sparse_react.export import export  # noqa: E402
 from sparse_react.finetune import FinetuneSettings, finetune  # noqa: E402
@@ -57,6 +57,23 @@ def test_the_rhythms_are_side_by_side_with_their_training(ablation_dir):
     assert f"| sparse | 2 | 2 | {loss.first_loss:.3f} → {loss.last_loss:.3f} |" in text  # examples, steps, loss
 
 
+def test_rhythms_are_compared_game_by_game(ablation_dir):
+    ablation = load_ablation(ablation_dir)
+    (pair,) = paired(ablation, "valid_unseen")
+    act_wins = ablation.sets["valid_unseen"][1].wins["All"]
+    assert (pair.first, pair.second, pair.games) == ("sparse", "act", 6)
+    assert (pair.both_won, pair.only_first, pair.only_second) == (act_wins, 6 - act_wins, 0)
+    assert f"| sparse vs act | 6 | {act_wins} | {6 - act_wins} | 0 | {pair.p_value:.2g} |" in \
+        write_ablation_report(ablation_dir).read_text()
+
+
+def test_the_paired_p_value_is_the_exact_two_sided_sign_test():
+    # 18 vs 7 discordant games: 2 * P(X <= 7), X ~ Binomial(25, 1/2) = 2 * 726206 / 2**25
+    assert abs(PairedComparison("a", "b", 140, 112, 18, 7).p_value - 0.04329) < 1e-5
+    assert PairedComparison("a", "b", 10, 5, 0, 0).p_value == 1.0
+    assert PairedComparison("a", "b", 10, 0, 5, 5).p_value == 1.0
+
+
 def test_a_folder_without_runs_is_named(tmp_path):
     with pytest.raises(RecordError, match=str(tmp_path)):
         load_ablation(tmp_path)
@@ -74,4 +91,5 @@ def test_the_ablation_notebook_is_stored_clean_and_runs(ablation_dir, monkeypatc
     outputs = "\n".join(texts(nb.cells))
     assert "valid_unseen: sparse (6 episodes), act (6 episodes)" in outputs
     assert "valid_unseen: sparse 100% > act" in outputs and "ReAct (sparse) 71%" in outputs
+    assert "sparse vs act: " in outputs and "games only one won, p = " in outputs
     assert sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", [])) == 1
