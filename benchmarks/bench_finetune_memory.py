@@ -1,6 +1,7 @@
 """Resident memory and step time of training on variable-length batches, with glibc's default
-(dynamic) mmap threshold versus the fixed one `sparse-react finetune` sets. Each arm runs in its own
-process (the setting is process-wide) on the same batches in the same order, one after the other.
+(dynamic) mmap threshold versus the fixed one `sparse-react finetune --low-memory` sets. Each arm
+runs in its own process (the setting is process-wide) on the same batches in the same order, one
+after the other.
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_finetune_memory.py DATA.jsonl [--steps 24] [--batch 2]
 """
@@ -45,7 +46,8 @@ def child(data: Path, steps: int, batch: int, fixed: bool) -> dict:
     collate = _Collator(loaded.tokenizer.pad_token_id or 0)
     rss, seconds = [], []
     for i in range(steps):
-        rows = [tokenize_example(loaded.tokenizer, e["messages"], True, 2048) for e in examples[i * batch:(i + 1) * batch]]
+        rows = [tokenize_example(loaded.tokenizer, e["messages"], True, 2048)
+                for e in examples[i * batch:(i + 1) * batch]]
         started = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cpu_has_native_bf16()):
             total, count = agent_line_loss(model, collate(rows))
