@@ -133,6 +133,9 @@ def ablation_markdown(ablation: Ablation) -> str:
                 for g, cells in zip(groups, success_rows(groups))]
         header = ["rhythm", *COLUMNS, "thoughts/ep", "tokens/ep", "steps to success", "out of steps"]
         parts += [f"## {games}", markdown_table(header, rows), f"Order: {order(groups)}."]
+        most = max(g.episodes for g in groups)
+        parts += [f"Not finished: {g.rhythm} has played {g.episodes} of the {most} episodes; its row and pairs are "
+                  f"not comparable yet (rerun its evaluation to resume)." for g in groups if g.episodes < most]
         if len(groups) > 1:
             rows = [[f"{c.first} vs {c.second}", str(c.games), str(c.both_won), str(c.only_first), str(c.only_second),
                      f"{c.p_value:.2g}"] for c in paired(ablation, games)]

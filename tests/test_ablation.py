@@ -5,6 +5,7 @@ benchmarks/ablation.py lays them out."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -65,6 +66,14 @@ def test_rhythms_are_compared_game_by_game(ablation_dir):
     assert (pair.both_won, pair.only_first, pair.only_second) == (act_wins, 6 - act_wins, 0)
     assert f"| sparse vs act | 6 | {act_wins} | {6 - act_wins} | 0 | {pair.p_value:.2g} |" in \
         write_ablation_report(ablation_dir).read_text()
+
+
+def test_an_unfinished_evaluation_is_flagged(ablation_dir, tmp_path):
+    shutil.copytree(ablation_dir, tmp_path / "ablation")
+    episodes = tmp_path / "ablation" / "eval-act-valid_unseen" / "episodes.jsonl"
+    episodes.write_text("".join(episodes.read_text().splitlines(keepends=True)[:3]))
+    text = write_ablation_report(tmp_path / "ablation").read_text()
+    assert "Not finished: act has played 3 of the 6 episodes" in text and "Not finished: sparse" not in text
 
 
 def test_the_paired_p_value_is_the_exact_two_sided_sign_test():
