@@ -18,8 +18,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 def main() -> None:
     import torch
 
-    from sparse_react.finetune import _Collator, _plain, agent_line_loss, read_examples, tokenize_example
-    from sparse_react.policies.hf import cpu_has_native_bf16, load_model
+    from sparse_react.finetune import _Collator, agent_line_loss, read_examples, tokenize_example
+    from sparse_react.policies.hf import cpu_has_native_bf16, load_model, plain_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", type=Path, help="an export (sparse-react export)")
@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     loaded = load_model(None, "cpu", dtype=torch.float32)
-    model = _plain(loaded.model, loaded.source).train()
+    model = plain_model(loaded.model, loaded.source).train()
     rows = [tokenize_example(loaded.tokenizer, e["messages"], True, 2048) for e in read_examples(args.data)[: args.batch]]
     batch = _Collator(loaded.tokenizer.pad_token_id or 0)(rows)
     labelled = int((batch["labels"] != -100).sum())

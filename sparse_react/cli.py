@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import typer
 
@@ -23,6 +23,10 @@ app.add_typer(cache_app, name="cache")
 # Every error that is the user's to fix (GameSetError, GameFileError, UnknownTaskError, PolicyError,
 # RhythmError, PromptError, RecordError, ModelError, bad settings) is a ValueError.
 USER_ERRORS = (ValueError,)
+POLICY_HELP = ("hf (the shipped trained agent of each rhythm: a LoRA adapter on the embedded SmolLM2-135M), "
+               "expert, search-expert, random or scripted:FILE.")
+MODEL_HELP = ("base (the untuned embedded SmolLM2-135M-Instruct), or a local model folder, adapter folder or .gguf "
+              "file (implies --policy hf).")
 DEFAULT_MODEL_BATCH = 8  # episodes decided together: 1.95x one at a time here (benchmarks/bench_batch.py)
 
 
@@ -150,8 +154,8 @@ def run(
     game: str = typer.Argument(..., help="A game file or a game set."),
     index: int = typer.Option(0, help="Which game of the set."),
     rhythm: str = typer.Option("sparse", help="sparse, dense, im or act."),
-    policy: str = typer.Option("hf", help="hf (the embedded SmolLM2-135M), expert, search-expert, random or scripted:FILE."),
-    model: Optional[str] = typer.Option(None, help="A local model folder or .gguf file (implies --policy hf)."),
+    policy: str = typer.Option("hf", help=POLICY_HELP),
+    model: Optional[str] = typer.Option(None, help=MODEL_HELP),
     action_mode: str = typer.Option("scored", help="Model actions: scored (rank admissible) or free (generate)."),
     shots: Optional[int] = typer.Option(None, help="Model prompt examples: 2 or 0 (default: 2, or 0 for a model fine-tuned here)."),
     window: int = typer.Option(0, min=0, help="Model context: only the last N turns (0: the whole episode)."),
@@ -168,7 +172,8 @@ def run(
     from sparse_react.trajectory import append_episode
 
     refs = _games_with_index(game, index)
-    chosen, rule = _policy(policy, model, seed, action_mode, device, shots, window), get_rhythm(rhythm)
+    rule = get_rhythm(rhythm)
+    chosen = _policy(policy, model, seed, action_mode, device, shots, window, rhythms=[rule.name])
     env = HouseholdEnv(refs)
     typer.echo(typer.style(f"{refs[index].name} · {rule.name} · {chosen.name}", bold=True))
     episode = run_episode(env, chosen, refs[index], rule, variant, LoopRules(max_steps=max_steps), on_entry=_print_entry)
@@ -183,13 +188,19 @@ def run(
 
 
 def _policy(policy: str, model: Optional[str], seed: int, action_mode: str = "scored", device: str = "auto",
-            shots: Optional[int] = None, window: int = 0):
+            shots: Optional[int] = None, window: int = 0, rhythms: Sequence[str] = ()):
+    """The policy, with every model it will play `rhythms` with loaded now (a bad model fails here, not mid-run)."""
     from sparse_react.policies import make_policy
+    from sparse_react.policies.shipped import ShippedPolicy
 
     spec = f"hf:{model}" if model else policy
     settings = {"action_mode": action_mode, "device": device, "shots": shots, "window": window} \
         if spec.startswith("hf") else {}
-    return make_policy(spec, seed, **settings)
+    chosen = make_policy(spec, seed, **settings)
+    if isinstance(chosen, ShippedPolicy):
+        for rhythm in rhythms:
+            chosen.policy(rhythm)
+    return chosen
 
 
 def _print_entry(entry) -> None:
@@ -233,8 +244,8 @@ def resume(
 @app.command("eval")
 def eval_(
     games: str = typer.Option("valid_unseen", help="Game set: bundled split, alfworld:<split>, folder or file."),
-    policy: str = typer.Option("hf", help="hf (the embedded SmolLM2-135M), expert, search-expert, random or scripted:FILE."),
-    model: Optional[str] = typer.Option(None, help="A local model folder or .gguf file (implies --policy hf)."),
+    policy: str = typer.Option("hf", help=POLICY_HELP),
+    model: Optional[str] = typer.Option(None, help=MODEL_HELP),
     action_mode: str = typer.Option("scored", help="Model actions: scored or free."),
     shots: Optional[int] = typer.Option(None, help="Model prompt examples: 2 or 0 (default: 2, or 0 for a model fine-tuned here)."),
     window: int = typer.Option(0, min=0, help="Model context: only the last N turns (0: the whole episode)."),
@@ -272,7 +283,7 @@ def eval_(
     refs = refs[:limit]
     if not refs:
         raise GameSetError(f"no game of {games} matches the selection")
-    chosen = _policy(policy, model, seed, action_mode, shots=shots, window=window)
+    chosen = _policy(policy, model, seed, action_mode, shots=shots, window=window, rhythms=names)
     rules = LoopRules(max_steps=max_steps)
     settings = RunSettings(games, f"hf:{model}" if model else policy, tuple(names), tuple(variant_list),
                            asdict(rules),
@@ -339,15 +350,22 @@ def finetune(
     save_steps: int = typer.Option(100, min=1, help="Checkpoint every N optimizer steps."),
     seed: int = typer.Option(0),
     device: str = typer.Option("auto", help="auto, cpu, cuda, ..."),
-    low_memory: bool = typer.Option(False, help="Return freed activations to the OS (Linux): "
-                                    "about a third of the peak memory, about 1.3x the time on CPU."),
+    low_memory: bool = typer.Option(True, help="Return freed activations to the OS (Linux): about a third "
+                                    "of the peak memory, about 1.3x the time on CPU."),
+    lora: bool = typer.Option(False, "--lora", help="Train a LoRA adapter (a few MB) instead of every weight."),
+    lora_rank: int = typer.Option(8, min=1, help="LoRA rank (with --lora)."),
+    lora_alpha: int = typer.Option(0, min=0, help="LoRA alpha (with --lora; 0: twice the rank)."),
+    lora_targets: str = typer.Option("all-linear", help="Modules that get adapters (with --lora): all-linear, "
+                                     "or comma-separated names such as q_proj,v_proj."),
 ) -> None:
-    """Fine-tune a local causal LM on exported episodes; writes a model folder `--model` loads."""
+    """Fine-tune a local causal LM on exported episodes; writes a model folder (or, with --lora, an
+    adapter folder) that `--model` loads."""
     from sparse_react.finetune import FinetuneSettings
     from sparse_react.finetune import finetune as train
 
     settings = FinetuneSettings(str(data), base, epochs, max_steps, learning_rate, batch_size, grad_accum,
-                                max_length, save_steps, seed, device, low_memory)
+                                max_length, save_steps, seed, device, low_memory,
+                                lora_rank if lora else 0, lora_alpha, lora_targets)
     _INTERRUPTED[0] = f"checkpoints are in {out / 'checkpoints'}; rerun the same command to resume"
     try:
         card = train(settings, out)

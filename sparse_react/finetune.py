@@ -3,18 +3,21 @@
 Each example is rendered exactly as `HFPolicy` renders a live episode for a zero-shot model (the
 prefix as one user message under the chat template, then `> line` / observation lines as raw
 text), tokenised whole, and labelled only on the agent's lines (each line's tokens and its
-newline); observations and the prefix carry no loss. Full fine-tuning: LoRA would save optimizer
-memory this machine does not lack, and every layer is still run backwards either way.
+newline); observations and the prefix carry no loss.
 
-The output folder is a standard Hugging Face model folder (safetensors, config, tokenizer) plus
-`sparse_react.json`, which tells `HFPolicy` to play it zero-shot in the rhythm it learned.
-Checkpoints go to `OUT/checkpoints`; running the same command again resumes from the newest.
+Full fine-tuning writes a standard Hugging Face model folder (safetensors, config, tokenizer);
+`lora_rank > 0` trains a LoRA adapter (peft) instead and writes only the adapter (a few MB, in
+bfloat16), which `load_model` merges into its base at load. Either folder holds `sparse_react.json`,
+which tells `HFPolicy` to play it zero-shot in the rhythm it learned and, for an adapter, which base
+file (by content hash) it was trained on. Checkpoints go to `OUT/checkpoints`; running the same
+command again resumes from the newest.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import hashlib
 import json
 import random
 import sys
@@ -25,7 +28,8 @@ from typing import Any, Sequence
 
 import torch
 
-from sparse_react.policies.hf import MODEL_CARD, ModelError, cpu_has_native_bf16, load_model, render_head
+from sparse_react.policies.hf import (
+    MODEL_CARD, ModelError, base_identity, cpu_has_native_bf16, import_peft, load_model, plain_model, render_head)
 
 MODEL_FORMAT = "sparse_react.model/1"
 THOUGHT_MARGIN = 16  # tokens a fine-tuned model may write beyond its longest training thought
@@ -50,7 +54,10 @@ class FinetuneSettings:
     save_steps: int = 100
     seed: int = 0
     device: str = "auto"
-    low_memory: bool = False  # return freed activations to the OS: ~0.3x peak RSS, ~1.3x time on CPU
+    low_memory: bool = True  # return freed activations to the OS: ~0.3x peak RSS, ~1.3x time on CPU
+    lora_rank: int = 0  # 0: full fine-tuning; else a LoRA adapter of this rank
+    lora_alpha: int = 0  # 0: twice the rank
+    lora_targets: str = "all-linear"  # peft's name for every linear layer but the output one, or module names
 
 
 def read_examples(path: Path) -> list[dict]:
@@ -116,7 +123,13 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
         loaded = load_model(settings.base, settings.device, dtype=torch.float32)
     except ModelError as exc:
         raise FinetuneError(f"base model: {exc}") from None
-    tokenizer, model = loaded.tokenizer, _plain(loaded.model, loaded.source)
+    try:
+        model = plain_model(loaded.model, loaded.source)
+    except ModelError as exc:
+        raise FinetuneError(f"base model: {exc}") from None
+    tokenizer = loaded.tokenizer
+    if settings.lora_rank:
+        model = _with_lora(model, settings)
     chat = bool(getattr(tokenizer, "chat_template", None))
     rows = [tokenize_example(tokenizer, e["messages"], chat, settings.max_length) for e in examples]
     random.Random(settings.seed).shuffle(rows)
@@ -138,24 +151,42 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
     started = time.perf_counter()
     try:
         result = trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
-        trainer.save_model(str(out))
-        tokenizer.save_pretrained(str(out))
+        if settings.lora_rank:
+            model.to(torch.bfloat16).save_pretrained(str(out))  # half the bytes; merged in float32 at load
+        else:
+            trainer.save_model(str(out))
+            tokenizer.save_pretrained(str(out))
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             raise FinetuneError(f"the disk is full while writing to {out}; free space and run the same command "
                                 f"to resume from the last checkpoint") from None
         raise
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    data = Path(settings.data).read_bytes()
     card = {"format": MODEL_FORMAT, "rhythm": examples[0].get("rhythm"), "shots": 0,
-            "base": loaded.source, "data": str(settings.data), "examples": len(rows),
+            "kind": "lora" if settings.lora_rank else "full", "base": loaded.source,
+            **({"base_identity": base_identity(loaded.source, settings.base)} if settings.lora_rank else {}),
+            "data": str(settings.data), "data_sha256": hashlib.sha256(data).hexdigest(), "data_bytes": len(data),
+            "examples": len(rows),
             "settings": asdict(settings), "steps": trainer.state.global_step,
             "resumed_from": checkpoints[-1].name if checkpoints else None,
             "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
+            "losses": [[h["step"], round(h["loss"], 4)] for h in trainer.state.log_history if "loss" in h],
             "train_loss": result.training_loss, "seconds_this_run": round(time.perf_counter() - started, 1),
+            "peak_rss_mb_this_run": peak_rss_mb(),
             "max_thought_tokens": longest_thought(tokenizer, examples) + THOUGHT_MARGIN,
             "train_games": sorted({e.get("game_sha256") or e.get("game") for e in examples})}
     (out / MODEL_CARD).write_text(json.dumps(card, indent=1) + "\n")
     return card
+
+
+def peak_rss_mb() -> int:
+    """The most resident memory this process has held so far, in MB (0 where the OS does not say)."""
+    try:
+        import resource
+    except ImportError:  # not Unix
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # KB on Linux
 
 
 def return_large_blocks_to_the_os(threshold: int = 1 << 20) -> None:
@@ -179,17 +210,17 @@ def longest_thought(tokenizer: Any, examples: Sequence[dict]) -> int:
     return max((len(tokenizer(" " + t + "\n", add_special_tokens=False)["input_ids"]) for t in thoughts), default=0)
 
 
-def _plain(model: Any, source: str) -> Any:
-    """A GGUF base arrives with its weights dequantized to float tensors but still flagged as
-    quantized (which Trainer refuses, and which the saved config would repeat): drop the flags."""
-    if getattr(model, "hf_quantizer", None) is None:
-        return model
-    if not all(p.is_floating_point() for p in model.parameters()):
-        raise FinetuneError(f"base model {source} keeps packed quantized weights, which cannot be trained")
-    model.hf_quantizer, model.is_quantized = None, False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    return model
+def _with_lora(model: Any, settings: FinetuneSettings) -> Any:
+    """The model wrapped with trainable LoRA adapters; every other weight frozen."""
+    peft = import_peft(f"training data {settings.data} with --lora")
+    targets = settings.lora_targets if settings.lora_targets == "all-linear" else \
+        [t.strip() for t in settings.lora_targets.split(",") if t.strip()]
+    config = peft.LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha or 2 * settings.lora_rank,
+                             lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM")
+    try:
+        return peft.get_peft_model(model, config)
+    except ValueError as exc:  # a target module name the model does not have
+        raise FinetuneError(f"--lora-targets {settings.lora_targets!r}: {exc}") from None
 
 
 def agent_line_loss(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from sparse_react.bundled import bundled_dir
 from sparse_react.env import THINK_PREFIX, THOUGHT_REPLY
 from sparse_react.rhythms import Rhythm
 from sparse_react.tasks import TaskType
@@ -56,7 +57,7 @@ class Example:
 def prompts_dir() -> Path:
     """The prompt folder: SPARSE_REACT_PROMPTS when set, else the project's `prompts/`."""
     override = os.environ.get("SPARSE_REACT_PROMPTS")
-    return Path(override) if override else Path(__file__).resolve().parents[1] / "prompts"
+    return Path(override) if override else bundled_dir("prompts")
 
 
 @lru_cache(maxsize=None)

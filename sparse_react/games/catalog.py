@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from sparse_react.bundled import bundled_dir
 from sparse_react.games.files import GAME_FILE_NAMES, GameFileError
 from sparse_react.tasks import TaskSpec, TaskType, parse_task_folder
 
@@ -45,7 +46,7 @@ def bundled_games_dir() -> Path:
     override = os.environ.get("SPARSE_REACT_GAMES")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[2] / "games"
+    return bundled_dir("games")
 
 
 def alfworld_data_dir() -> Path:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-POLICY_NAMES = ("hf", "hf:MODEL", "expert", "search-expert", "random", "scripted:FILE")
+POLICY_NAMES = ("hf", "hf:base", "hf:MODEL", "expert", "search-expert", "random", "scripted:FILE")
+BASE_MODEL = "base"  # `--model base`: the untuned embedded SmolLM2-135M-Instruct
 
 
 class PolicyError(ValueError):
@@ -12,18 +13,24 @@ class PolicyError(ValueError):
 
 
 def make_policy(spec: str, seed: int = 0, **model_settings):
-    """A policy from its command-line name: `hf` (the embedded default model), `hf:MODEL` (a local
-    model folder or .gguf file), `expert` (knows where everything is), `search-expert` (searches
+    """A policy from its command-line name: `hf` (the shipped trained adapter of each episode's
+    rhythm), `hf:base` (the untuned embedded model), `hf:MODEL` (a local model folder, adapter
+    folder or .gguf file), `expert` (knows where everything is), `search-expert` (searches
     likely places first), `random` or `scripted:FILE` (one line per turn).
     `model_settings` go to HFPolicy (action_mode, device, dtype, temperature, ...)."""
     from sparse_react.policies.expert import ExpertPolicy, SearchingExpertPolicy
     from sparse_react.policies.random_admissible import RandomPolicy
     from sparse_react.policies.scripted import ScriptedPolicy
 
-    if spec == "hf" or spec.startswith("hf:"):
+    if spec == "hf":
+        from sparse_react.policies.shipped import ShippedPolicy
+
+        return ShippedPolicy(seed=seed, **model_settings)
+    if spec.startswith("hf:"):
         from sparse_react.policies.hf import HFPolicy
 
-        return HFPolicy(model=spec[3:] or None, seed=seed, **model_settings)
+        model = spec[3:]
+        return HFPolicy(model=None if model == BASE_MODEL else model, seed=seed, **model_settings)
     if spec == "expert":
         return ExpertPolicy()
     if spec == "search-expert":

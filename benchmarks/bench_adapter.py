@@ -1,0 +1,91 @@
+"""What a shipped adapter costs per turn: the untuned base, the adapter merged into it at load (what
+`--policy hf` plays) and the adapter left unmerged (peft's LoRA layers run beside every linear layer),
+timed on the same work in one run.
+
+The work is fixed whatever a model would choose: `search-expert` episodes of bundled valid_unseen
+games are replayed line by line, and at each action turn the model encodes the new text and scores
+every admissible command after it (its KV cache kept across turns, as in play). Each model is loaded and timed
+in turn, after a warm-up episode.
+
+    HF_HUB_OFFLINE=1 python benchmarks/bench_adapter.py [--rhythm sparse] [--games 6] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def replay(policy, episodes) -> tuple[int, float]:
+    """Turns scored and seconds spent on them, over every episode's action turns. The context is
+    in the act rhythm, so every turn scores the admissible commands and none generates a thought."""
+    from sparse_react.agent import Context
+    from sparse_react.env import HouseholdEnv, ThinkWrapper
+    from sparse_react.rhythms import get_rhythm
+    from sparse_react.trajectory import Kind
+
+    turns, seconds = 0, 0.0
+    for game, episode in episodes:
+        env = ThinkWrapper(HouseholdEnv([game]))
+        observation, info = env.reset(options={"game": game})
+        context = Context.start(get_rhythm("act"), game.task_type, info["task"], observation)
+        policy.start(None, context)
+        for entry in episode.entries:
+            if entry.kind is Kind.ACTION:
+                started = time.perf_counter()
+                policy.next_lines([(context, info["admissible_commands"])])
+                seconds += time.perf_counter() - started
+                turns += 1
+            line = ("think: " + entry.text) if entry.kind is Kind.THOUGHT else entry.text
+            observation, _, _, _, info = env.step(line)
+            context.append(line, observation)
+        policy.end(context)
+    return turns, seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rhythm", default="sparse")
+    parser.add_argument("--games", type=int, default=6)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+
+    import torch
+
+    from sparse_react.evaluate import evaluate
+    from sparse_react.games.catalog import find_games
+    from sparse_react.policies.expert import SearchingExpertPolicy
+    from sparse_react.policies.hf import HFPolicy, load_model
+    from sparse_react.policies.shipped import shipped_adapter
+
+    torch.set_num_threads(args.threads)
+    games = find_games("valid_unseen")[::20][:args.games]
+    played = evaluate(games, SearchingExpertPolicy(), args.rhythm, progress=False)
+    episodes = list(zip(games, played))
+    adapter = shipped_adapter(args.rhythm)
+    arms = {"base": lambda: load_model(None, "cpu"), "merged adapter": lambda: load_model(adapter, "cpu"),
+            "unmerged adapter": lambda: load_model(adapter, "cpu", merge=False)}
+    results = {}
+    for name, load in arms.items():
+        started = time.perf_counter()
+        loaded = load()
+        load_s = time.perf_counter() - started
+        policy = HFPolicy(loaded=loaded, shots=0)
+        replay(policy, episodes[:1])  # warm-up
+        turns, seconds = replay(policy, episodes)
+        results[name] = (load_s, turns / seconds, str(loaded.model.dtype).replace("torch.", ""))
+        del policy, loaded
+    print(f"{len(episodes)} search-expert episodes of bundled valid_unseen replayed in the {args.rhythm} rhythm; "
+          f"each action turn scores every admissible command ({args.threads} threads)\n")
+    print("| model | dtype | load (s) | turns/s | time per turn vs base |")
+    print("|---|---|---|---|---|")
+    base = results["base"][1]
+    for name, (load_s, rate, dtype) in results.items():
+        print(f"| {name} | {dtype} | {load_s:.1f} | {rate:.2f} | {base / rate:.3f}x |")
+
+
+if __name__ == "__main__":
+    main()
