@@ -82,7 +82,7 @@ def main() -> None:
         data, model = out / f"data-{rhythm}.jsonl", out / f"model-{rhythm}"
         step(["export", *map(str, experts), "--rhythm", rhythm, "--out", str(data)], done=data.is_file())
         step(["finetune", "--data", str(data), "--out", str(model), "--max-steps", args.max_steps,
-              "--batch-size", "4", "--grad-accum", "2", "--learning-rate", args.learning_rate, "--save-steps", "20",
+              "--batch-size", "1", "--grad-accum", "8", "--learning-rate", args.learning_rate, "--save-steps", "20",
               *lora],
              done=(model / "sparse_react.json").is_file())
         card = json.loads((model / "sparse_react.json").read_text())

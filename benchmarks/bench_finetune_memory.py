@@ -1,10 +1,11 @@
-"""Resident memory and step time of training on variable-length batches: every weight or a LoRA
-adapter (rank 8 on every linear layer, as `sparse-react finetune --lora`), each with glibc's default
-(dynamic) mmap threshold and with the fixed one `sparse-react finetune` sets by default
-(`--no-low-memory` turns it off). Each arm runs in its own process (the setting is process-wide) on
-the same batches in the same order, one after the other.
+"""Resident memory and time of training steps on the same examples in the same order: every weight
+or a LoRA adapter (rank 8 on every linear layer, as `sparse-react finetune --lora`); the examples of
+a step as one padded batch (the old default, `--batch-size 4`) or one at a time with the gradients
+accumulated (the default, `--batch-size 1`); and, for the last arm, the fixed mmap threshold of
+`--low-memory`. Each arm runs in its own process (the allocator setting is process-wide), one after
+the other.
 
-    HF_HUB_OFFLINE=1 python benchmarks/bench_finetune_memory.py DATA.jsonl [--steps 24] [--batch 2]
+    HF_HUB_OFFLINE=1 python benchmarks/bench_finetune_memory.py DATA.jsonl [--steps 6] [--batch 4]
 """
 
 from __future__ import annotations
@@ -27,16 +28,18 @@ def resident_mb() -> float:
     return float("nan")
 
 
-ARMS = {"full, default": (False, False), "full, fixed": (False, True),
-        "LoRA, default": (True, False), "LoRA, fixed": (True, True)}  # (LoRA, fixed mmap threshold)
+ARMS = {  # (LoRA, one example at a time, fixed mmap threshold)
+    "full, padded batch": (False, False, False), "full, one at a time": (False, True, False),
+    "LoRA, padded batch": (True, False, False), "LoRA, one at a time": (True, True, False),
+    "LoRA, one at a time, --low-memory": (True, True, True)}
 
 
-def child(data: Path, steps: int, batch: int, lora: bool, fixed: bool) -> dict:
+def child(data: Path, steps: int, batch: int, lora: bool, single: bool, fixed: bool) -> dict:
     import random
 
     import torch
 
-    from sparse_react.finetune import _Collator, return_large_blocks_to_the_os, agent_line_loss
+    from sparse_react.finetune import _Collator, agent_line_loss, peak_rss_mb, return_large_blocks_to_the_os
     from sparse_react.finetune import read_examples, tokenize_example
     from sparse_react.policies.hf import cpu_has_native_bf16, load_model, plain_model
 
@@ -59,21 +62,23 @@ def child(data: Path, steps: int, batch: int, lora: bool, fixed: bool) -> dict:
         rows = [tokenize_example(loaded.tokenizer, e["messages"], True, 2048)
                 for e in examples[i * batch:(i + 1) * batch]]
         started = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cpu_has_native_bf16()):
-            total, count = agent_line_loss(model, collate(rows))
-        (total / count).backward()
+        labelled = sum(sum(label != -100 for label in row["labels"][1:]) for row in rows)
+        for part in ([[row] for row in rows] if single else [rows]):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cpu_has_native_bf16()):
+                total, _ = agent_line_loss(model, collate(part))
+            (total / labelled).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         seconds.append(time.perf_counter() - started)
         rss.append(resident_mb())
-    return {"rss": rss, "seconds": seconds}
+    return {"rss": rss, "seconds": seconds, "peak": peak_rss_mb()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", type=Path, help="an export (sparse-react export)")
-    parser.add_argument("--steps", type=int, default=24)
-    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--child", choices=list(ARMS))
     args = parser.parse_args()
     if args.child:
@@ -85,14 +90,14 @@ def main() -> None:
                               str(args.batch), "--child", arm], check=True, capture_output=True, text=True)
         results[arm] = json.loads(out.stdout.strip().splitlines()[-1])
     quarter = max(1, args.steps // 4)
-    base = results["full, default"]
+    base = results["full, padded batch"]
     print(f"{args.steps} optimizer steps of {args.batch} examples each (same batches, same order)\n")
-    print(f"| weights trained, mmap threshold | RSS after {quarter} steps (MB) | RSS at end (MB) | peak RSS (MB) | "
-          f"s/step | peak vs full, default | time vs full, default |")
+    print(f"| weights trained, batches | RSS after {quarter} steps (MB) | RSS at end (MB) | peak RSS (MB) | "
+          f"s/step | peak vs full, padded | time vs full, padded |")
     print("|---|---|---|---|---|---|---|")
     for arm, r in results.items():
-        print(f"| {arm} | {r['rss'][quarter - 1]:.0f} | {r['rss'][-1]:.0f} | {max(r['rss']):.0f} | "
-              f"{sum(r['seconds']) / len(r['seconds']):.2f} | {max(r['rss']) / max(base['rss']):.2f}x | "
+        print(f"| {arm} | {r['rss'][quarter - 1]:.0f} | {r['rss'][-1]:.0f} | {r['peak']:.0f} | "
+              f"{sum(r['seconds']) / len(r['seconds']):.2f} | {r['peak'] / base['peak']:.2f}x | "
               f"{sum(r['seconds']) / sum(base['seconds']):.2f}x |")
 
 

@@ -27,7 +27,7 @@ POLICY_HELP = ("hf (the shipped trained agent of each rhythm: a LoRA adapter on 
                "expert, search-expert, random or scripted:FILE.")
 MODEL_HELP = ("base (the untuned embedded SmolLM2-135M-Instruct), or a local model folder, adapter folder or .gguf "
               "file (implies --policy hf).")
-DEFAULT_MODEL_BATCH = 8  # episodes decided together: 1.95x one at a time here (benchmarks/bench_batch.py)
+DEFAULT_MODEL_BATCH = 16  # episodes decided together (benchmarks/bench_batch.py: 8 gave 1.95x one at a time)
 
 
 @app.callback()
@@ -259,7 +259,7 @@ def eval_(
     out: Optional[Path] = typer.Option(None, help="Run folder: episodes appended as they finish; rerun to resume."),
     workers: int = typer.Option(1, min=1, help="Processes playing episodes in parallel."),
     batch: Optional[int] = typer.Option(None, min=1, help="Episodes live at once per process, decided together "
-                                                        "(one forward pass for all; default 8 for models, else 1)."),
+                                                        "(one forward pass for all; default 16 for models, else 1)."),
     backend: str = typer.Option("local", help="local (this machine's processes) or ray."),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address (default: start a local Ray)."),
 ) -> None:
@@ -344,14 +344,15 @@ def finetune(
     epochs: float = typer.Option(1.0, help="Passes over the data (ignored when --max-steps is set)."),
     max_steps: int = typer.Option(0, min=0, help="Optimizer steps (0: from --epochs)."),
     learning_rate: float = typer.Option(5e-5),
-    batch_size: int = typer.Option(4, min=1),
-    grad_accum: int = typer.Option(2, min=1, help="Batches per optimizer step."),
+    batch_size: int = typer.Option(1, min=1, help="Examples per forward pass. Above 1, padding sends attention to "
+                                   "a kernel that holds every head's full score matrix (2.8x the memory here)."),
+    grad_accum: int = typer.Option(8, min=1, help="Batches per optimizer step."),
     max_length: int = typer.Option(2048, min=16, help="Tokens per example (longer ones are cut)."),
     save_steps: int = typer.Option(100, min=1, help="Checkpoint every N optimizer steps."),
     seed: int = typer.Option(0),
     device: str = typer.Option("auto", help="auto, cpu, cuda, ..."),
-    low_memory: bool = typer.Option(True, help="Return freed activations to the OS (Linux): about a third "
-                                    "of the peak memory, about 1.3x the time on CPU."),
+    low_memory: bool = typer.Option(False, help="Return freed activations to the OS (Linux): less memory with "
+                                    "padded batches, at the price of system calls on every large allocation."),
     lora: bool = typer.Option(False, "--lora", help="Train a LoRA adapter (a few MB) instead of every weight."),
     lora_rank: int = typer.Option(8, min=1, help="LoRA rank (with --lora)."),
     lora_alpha: int = typer.Option(0, min=0, help="LoRA alpha (with --lora; 0: twice the rank)."),

@@ -296,7 +296,8 @@ def _trie(candidates: list[list[int]]) -> tuple[dict[tuple[int, ...], int], list
 
 def _cache_argument(model: Any) -> str:
     """The forward argument that takes the KV cache: `cache` in newer transformers, else `past_key_values`."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # an unmerged peft model passes it on
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 _LEADING = re.compile(r"^\s*(?:>\s*)*(?:(?:action|command)\s*:\s*)?", re.IGNORECASE)
