@@ -13,6 +13,7 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import sys
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -191,8 +192,10 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker(tasks: Any, results: Any, policy: Policy, rules: LoopRules, parent: int, batch: int) -> None:
+def _worker(tasks: Any, results: Any, policy: Policy, rules: LoopRules, parent: int, batch: int, workers: int) -> None:
     _die_with_parent()
+    if "torch" in sys.modules:  # share the cores among the workers instead of each taking them all
+        sys.modules["torch"].set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
     def taken() -> Iterator[tuple[int, Task]]:
         while os.getppid() == parent and (item := tasks.get()) is not None:
@@ -213,7 +216,8 @@ def _play_in_processes(tasks: Sequence[Task], policy: Policy, rules: LoopRules, 
     for _ in range(workers):
         task_q.put(None)
     def start() -> Any:
-        return ctx.Process(target=_worker, args=(task_q, result_q, policy, rules, os.getpid(), batch), daemon=True)
+        return ctx.Process(target=_worker, args=(task_q, result_q, policy, rules, os.getpid(), batch, workers),
+                           daemon=True)
 
     procs = [start() for _ in range(workers)]
     for proc in procs:
