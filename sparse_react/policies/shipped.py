@@ -135,8 +135,9 @@ def adapter_readme(card: dict) -> str:
         "## Results (success is the game's `won`)",
         markdown_table(["set", *COLUMNS], rows),
         "## Training",
-        f"{card['examples']} won `search-expert` episodes of {card['train_games']} train games "
-        f"(data sha256 `{card['data_sha256']}`, {card['data_bytes']:,} bytes); {card['steps']} optimizer steps of "
+        f"{card['examples']} won `search-expert` episodes of {card['train_games']} distinct train games, none "
+        f"from an evaluation set (data sha256 `{card['data_sha256']}`, {card['data_bytes']:,} bytes); "
+        f"{card['steps']} optimizer steps of "
         f"{settings['batch_size'] * settings['grad_accum']} examples, learning rate {settings['learning_rate']}, "
         f"seed {settings['seed']}; loss on the agent's lines {card['first_loss']:.3f} → {card['last_loss']:.3f}; "
         f"{minutes:.0f} minutes here (2 CPU cores), peak memory {card['peak_rss_mb_this_run']:,} MB.",
