@@ -126,9 +126,6 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
         return_large_blocks_to_the_os()
     try:
         loaded = load_model(settings.base, settings.device, dtype=torch.float32)
-    except ModelError as exc:
-        raise FinetuneError(f"base model: {exc}") from None
-    try:
         model = plain_model(loaded.model, loaded.source)
     except ModelError as exc:
         raise FinetuneError(f"base model: {exc}") from None
@@ -166,7 +163,7 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
             raise FinetuneError(f"the disk is full while writing to {out}; free space and run the same command "
                                 f"to resume from the last checkpoint") from None
         raise
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    losses = [[h["step"], round(h["loss"], 4)] for h in trainer.state.log_history if "loss" in h]
     data = Path(settings.data).read_bytes()
     card = {"format": MODEL_FORMAT, "rhythm": examples[0].get("rhythm"), "shots": 0,
             "kind": "lora" if settings.lora_rank else "full", "base": loaded.source,
@@ -175,8 +172,8 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
             "examples": len(rows),
             "settings": asdict(settings), "steps": trainer.state.global_step,
             "resumed_from": checkpoints[-1].name if checkpoints else None,
-            "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
-            "losses": [[h["step"], round(h["loss"], 4)] for h in trainer.state.log_history if "loss" in h],
+            "first_loss": losses[0][1] if losses else None, "last_loss": losses[-1][1] if losses else None,
+            "losses": losses,
             "train_loss": result.training_loss, "seconds_this_run": round(time.perf_counter() - started, 1),
             "peak_rss_mb_this_run": peak_rss_mb(),
             "max_thought_tokens": longest_thought(tokenizer, examples) + THOUGHT_MARGIN,
