@@ -28,8 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from sparse_react.ablation import eval_runs, write_ablation_report
-from sparse_react.policies.shipped import ship_adapter
+from sparse_react.ablation import eval_runs, ship_adapter, write_ablation_report
+from sparse_react.cards import MODEL_CARD
 from sparse_react.tasks import TaskType
 
 CLI = [sys.executable, "-m", "sparse_react.cli"]
@@ -84,8 +84,8 @@ def main() -> None:
         step(["finetune", "--data", str(data), "--out", str(model), "--max-steps", args.max_steps,
               "--batch-size", "1", "--grad-accum", "8", "--learning-rate", args.learning_rate, "--save-steps", "20",
               *lora],
-             done=(model / "sparse_react.json").is_file())
-        card = json.loads((model / "sparse_react.json").read_text())
+             done=(model / MODEL_CARD).is_file())
+        card = json.loads((model / MODEL_CARD).read_text())
         print(f"  {rhythm}: {card['examples']} examples, {card['steps']} steps, loss {card['first_loss']:.3f} → "
               f"{card['last_loss']:.3f}", flush=True)
         runs = []

@@ -24,22 +24,22 @@ def replay(policy, episodes) -> tuple[int, float]:
     in the act rhythm, so every turn scores the admissible commands and none generates a thought."""
     from sparse_react.agent import Context
     from sparse_react.env import HouseholdEnv, ThinkWrapper
+    from sparse_react.lines import Kind, thought_line
     from sparse_react.rhythms import get_rhythm
-    from sparse_react.trajectory import Kind
 
     turns, seconds = 0, 0.0
     for game, episode in episodes:
         env = ThinkWrapper(HouseholdEnv([game]))
         observation, info = env.reset(options={"game": game})
-        context = Context.start(get_rhythm("act"), game.task_type, info["task"], observation)
-        policy.start(None, context)
+        context = Context.start(get_rhythm("act"), game.task_type, info["task"], observation, game=game)
+        policy.start(context)
         for entry in episode.entries:
             if entry.kind is Kind.ACTION:
                 started = time.perf_counter()
-                policy.next_lines([(context, info["admissible_commands"])])
+                policy.decide([(context, info["admissible_commands"])])
                 seconds += time.perf_counter() - started
                 turns += 1
-            line = ("think: " + entry.text) if entry.kind is Kind.THOUGHT else entry.text
+            line = thought_line(entry.text) if entry.kind is Kind.THOUGHT else entry.text
             observation, _, _, _, info = env.step(line)
             context.append(line, observation)
         policy.end(context)

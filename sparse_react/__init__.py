@@ -1,6 +1,8 @@
 """sparse_react: ReAct agents with a choice of thought rhythm on ALFWorld-style household games."""
 
-__version__ = "0.1.0"
+from importlib import metadata
+
+__version__ = metadata.version("sparse_react")
 
 from sparse_react.env import ENV_ID, REACT_ENV_ID, HouseholdEnv, ThinkWrapper, register_envs
 

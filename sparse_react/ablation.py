@@ -7,18 +7,23 @@ files; success is the game's `won`.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from dataclasses import dataclass
 from itertools import combinations
 from math import comb
 from pathlib import Path
+from typing import Sequence
 
+from sparse_react.bundled import ADAPTERS_DIR
+from sparse_react.cards import ADAPTER_CONFIG, ADAPTER_WEIGHTS, MODEL_CARD, ModelError
+from sparse_react.evaluate import SETTINGS_FILE
 from sparse_react.report import (
     COLUMNS, DASH, GroupStats, format_number, group_stats, load_runs, markdown_table, success_rows)
 from sparse_react.trajectory import RecordError
 
 RHYTHM_ORDER: tuple[str, ...] = ("sparse", "dense", "im", "act")
-CARD = "sparse_react.json"
 # Yao et al. (ICLR 2023), Table 3: PaLM-540B prompted (best prompt set), ALFWorld's 134 unseen games.
 PAPER_UNSEEN = {"ReAct (sparse)": 71, "ReAct-IM (im)": 53, "Act (act)": 45}
 
@@ -69,21 +74,21 @@ def _rhythm_key(rhythm: str) -> tuple[int, str]:
 
 def eval_runs(root: Path | str) -> list[Path]:
     """The evaluation run folders under root (`eval-*` holding a settings.json), by name."""
-    return sorted(p for p in Path(root).glob("eval-*") if (p / "settings.json").is_file())
+    return sorted(p for p in Path(root).glob("eval-*") if (p / SETTINGS_FILE).is_file())
 
 
 def load_ablation(root: Path | str) -> Ablation:
     """Read every model card and evaluation run under root. Raises RecordError naming root when it holds no runs."""
     root = Path(root)
     models = {}
-    for card_path in sorted(root.glob(f"model-*/{CARD}")):
+    for card_path in sorted(root.glob(f"model-*/{MODEL_CARD}")):
         card = json.loads(card_path.read_text())
         models[card["rhythm"]] = TrainedModel(card["rhythm"], card["examples"], card["steps"], card["first_loss"],
                                               card["last_loss"], card.get("max_thought_tokens"))
     sets: dict[str, list[GroupStats]] = {}
     won: dict[str, dict[str, dict[tuple[str, int], bool]]] = {}
     for run_dir in eval_runs(root):
-        games = json.loads((run_dir / "settings.json").read_text())["games"]
+        games = json.loads((run_dir / SETTINGS_FILE).read_text())["games"]
         ((label, episodes),) = load_runs([run_dir])
         for rhythm in dict.fromkeys(e.rhythm for e in episodes):
             mine = [e for e in episodes if e.rhythm == rhythm]
@@ -156,3 +161,55 @@ def write_ablation_report(root: Path | str, out: Path | str | None = None) -> Pa
     path = Path(out) if out else Path(root) / "ablation.md"
     path.write_text(ablation_markdown(load_ablation(root)))
     return path
+
+
+def ship_adapter(model_dir: Path, commands: Sequence[str], eval_runs: Sequence[Path]) -> Path:
+    """Copy a trained adapter into the package as its rhythm's shipped agent, with a card that adds
+    the commands that made it and the results measured with it (from the evaluation runs' records)."""
+    card = json.loads((model_dir / MODEL_CARD).read_text())
+    if card.get("kind") != "lora":
+        raise ModelError(f"{model_dir} is not a LoRA adapter (its card says kind {card.get('kind')!r})")
+    games = card.pop("train_games")
+    card.update(base=card["base_identity"]["file"], train_games=len(games),
+                train_games_sha256=hashlib.sha256("\n".join(games).encode()).hexdigest(), commands=list(commands),
+                results={})
+    for run in eval_runs:
+        ((label, episodes),) = load_runs([run])
+        stats = group_stats(card["rhythm"], label, episodes)
+        card["results"][json.loads((run / SETTINGS_FILE).read_text())["games"]] = {
+            column: [stats.wins[column], stats.games[column]] for column in COLUMNS}
+    dest = ADAPTERS_DIR / card["rhythm"]
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
+        shutil.copy(model_dir / name, dest / name)
+    (dest / MODEL_CARD).write_text(json.dumps(card, indent=1) + "\n")
+    (dest / "README.md").write_text(adapter_readme(card))
+    return dest
+
+
+def adapter_readme(card: dict) -> str:
+    """A shipped adapter's card as Markdown: what it is, how it was made, what it scored."""
+    settings, base = card["settings"], card["base_identity"]
+    rows = [[games, *(f"{w}/{n}" for w, n in (cells[c] for c in COLUMNS[:-1])),
+             f"{cells['All'][0]}/{cells['All'][1]} ({cells['All'][0] / max(1, cells['All'][1]):.0%})"]
+            for games, cells in card["results"].items()]
+    minutes = card["seconds_this_run"] / 60
+    return "\n\n".join([
+        f"# The shipped {card['rhythm']} agent",
+        f"A LoRA adapter (rank {settings['lora_rank']}, alpha {settings['lora_alpha'] or 2 * settings['lora_rank']}, "
+        f"modules: {settings['lora_targets']}) on {base['file']} from {base.get('package', '')} "
+        f"{base.get('version', '')} (sha256 `{base['sha256']}`), played zero-shot in the {card['rhythm']} rhythm. "
+        f"`sparse-react eval --rhythms {card['rhythm']}` plays it; it is merged into the base at load.",
+        "## Results (success is the game's `won`)",
+        markdown_table(["set", *COLUMNS], rows),
+        "## Training",
+        f"{card['examples']} won `search-expert` episodes of {card['train_games']} distinct train games, none "
+        f"from an evaluation set (data sha256 `{card['data_sha256']}`, {card['data_bytes']:,} bytes); "
+        f"{card['steps']} optimizer steps of "
+        f"{settings['batch_size'] * settings['grad_accum']} examples, learning rate {settings['learning_rate']}, "
+        f"seed {settings['seed']}; loss on the agent's lines {card['first_loss']:.3f} → {card['last_loss']:.3f}; "
+        f"{minutes:.0f} minutes here (2 CPU cores), peak memory {card['peak_rss_mb_this_run']:,} MB.",
+        "The commands that made it and measured it:",
+        "```bash\n" + "\n".join(card["commands"]) + "\n```",
+    ]) + "\n"

@@ -4,17 +4,21 @@ is won, the budget is spent, the agent loops, or something breaks."""
 from __future__ import annotations
 
 import time
+import traceback
+import warnings
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from importlib import metadata
 from typing import Callable, Generator, Protocol, Sequence
 
-from sparse_react.env import HouseholdEnv, ThinkWrapper, is_thought
+from sparse_react.env import HouseholdEnv, ThinkWrapper
 from sparse_react.games.catalog import GameRef
-from sparse_react.prompts import THINK, variant_examples
-from sparse_react.rhythms import Rhythm, get_rhythm
+from sparse_react.lines import Kind, kind_of, thought_text
+from sparse_react.prompts import variant_examples
+from sparse_react.rhythms import DEFAULT_RHYTHM, Rhythm, get_rhythm
 from sparse_react.tasks import TaskType
-from sparse_react.trajectory import Entry, Episode, Failure, Kind, classify_failure
+from sparse_react.trajectory import Entry, Episode, Failure, classify_failure
+from sparse_react.transcript import render
 
 ZERO_SHOT_INSTRUCTION = {
     True: "You act in a household to finish a task. Each turn, write one line: a command the game "
@@ -26,25 +30,24 @@ INSTRUCTION = {thinks: text + " Two solved examples come first." for thinks, tex
 
 @dataclass
 class Context:
-    """What the policy sees: the few-shot prefix and every line of this episode so far.
-
-    The text only grows (`text()` of one turn is a prefix of the next), which is what lets a
-    model keep its KV cache across turns.
-    """
+    """What a policy knows of an episode: its game and task, the rhythm, the few-shot prefix, and
+    every line so far with the game's answer. (The environment stays with the loop.)"""
 
     rhythm: Rhythm
     task_type: TaskType
     task: str
     prefix: str
     turns: list[tuple[str, str]] = field(default_factory=list)
+    game: GameRef | None = None
 
     @classmethod
-    def start(cls, rhythm: Rhythm, task_type: TaskType, task: str, observation: str, variant: int = 0) -> "Context":
+    def start(cls, rhythm: Rhythm, task_type: TaskType, task: str, observation: str, variant: int = 0,
+              game: GameRef | None = None) -> "Context":
         parts = [INSTRUCTION[rhythm.thinks]]
         for example in variant_examples(task_type, variant):
             parts.append("\n".join([example.observation, *(f"> {l}\n{r}" for l, r in example.lines(rhythm))]))
         parts.append("Your turn.\n" + observation)
-        return cls(rhythm, task_type, task, "\n\n".join(parts) + "\n")
+        return cls(rhythm, task_type, task, "\n\n".join(parts) + "\n", game=game)
 
     def append(self, line: str, observation: str) -> None:
         self.turns.append((line, observation))
@@ -55,11 +58,16 @@ class Context:
 
     @property
     def previous_kind(self) -> Kind | None:
-        return (Kind.THOUGHT if is_thought(self.turns[-1][0]) else Kind.ACTION) if self.turns else None
+        return kind_of(self.turns[-1][0]) if self.turns else None
 
     @property
     def allowed(self) -> frozenset[Kind]:
         return self.rhythm.allowed(self.previous_kind)
+
+    @property
+    def actions(self) -> list[str]:
+        """The commands sent to the game so far, in order."""
+        return [line for line, _ in self.turns if kind_of(line) is Kind.ACTION]
 
     @property
     def first_observation(self) -> str:
@@ -70,40 +78,58 @@ class Context:
         """The prefix without examples: what a model fine-tuned on this project's episodes sees."""
         return ZERO_SHOT_INSTRUCTION[self.rhythm.thinks] + "\n\n" + self.first_observation + "\n"
 
-    def body(self, window: int = 0) -> str:
-        """The turns after the prefix, ending with `> `; with `window > 0`, only the last `window` turns."""
-        turns = self.turns[-window:] if window > 0 else self.turns
-        return "".join(f"> {line}\n{obs}\n" for line, obs in turns) + "> "
-
     def text(self) -> str:
-        return self.prefix + self.body()
+        """The episode so far as plain text, ending with the prompt for the next line."""
+        return render(self.prefix, self.turns).text
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One line a policy chose, with how (`mode`) and the tokens it cost, as recorded in the entry."""
+
+    line: str
+    mode: str | None = None
+    tokens: int | None = None
+
+
+Request = tuple[Context, list[str]]  # what a policy is asked: an episode's context and the admissible commands
 
 
 class Policy(Protocol):
-    """Writes the next line of an episode: `think: ...` or a command.
+    """Writes the next line of live episodes: `think: ...` or a command.
 
-    Optional attributes the loop records with each entry: `last_mode` (how the line was chosen)
-    and `last_tokens` (tokens the policy encoded or generated for it).
+    The loop calls `start` when an episode begins, `decide` every turn with the requests of one or
+    more live episodes, and `end` when one is over. `batched` says whether deciding many requests in
+    one call is faster than one by one (a model's batched forward pass); `spec()` is what the run
+    records about the policy (kind, model and weights' hash, settings) to tell runs apart.
     """
 
     name: str
+    batched: bool
 
-    def start(self, env: HouseholdEnv, context: Context) -> None:
-        """Called once per episode, after the reset."""
+    def start(self, context: Context) -> None:
+        """A new episode, after the game's reset."""
 
-    def next_line(self, context: Context, admissible: Sequence[str]) -> str:
-        """The next line, given the context so far and the commands the game accepts now."""
-
-
-class BatchPolicy(Policy, Protocol):
-    """A policy that decides for several live episodes at once (one forward pass for all), and is
-    told when an episode ends so it can free what it kept for it."""
-
-    def next_lines(self, requests: Sequence["Request"]) -> list["Decision"]:
-        """One decision per request, in order."""
+    def decide(self, requests: Sequence[Request]) -> list[Decision | Exception]:
+        """One decision per request, in order; an exception in the list ends that episode with it."""
 
     def end(self, context: Context) -> None:
         """The episode of `context` is over."""
+
+    def spec(self) -> dict:
+        """The policy's identity for run records (JSON-serialisable)."""
+
+
+def decide_all(policy: Policy, requests: Sequence[Request]) -> list[Decision | Exception]:
+    """The policy's decisions for `requests`; if one call for several fails as a whole, each request
+    is asked alone, so one bad episode spoils no other."""
+    try:
+        return list(policy.decide(requests))
+    except Exception as exc:
+        if len(requests) == 1:
+            return [exc]
+        warnings.warn(f"a batched decision failed ({type(exc).__name__}: {exc}); deciding one episode at a time")
+    return [decide_all(policy, [request])[0] for request in requests]
 
 
 @dataclass(frozen=True)
@@ -117,7 +143,7 @@ class LoopRules:
 
 @lru_cache(maxsize=1)
 def _versions() -> tuple[tuple[str, str], ...]:
-    return tuple((p, metadata.version(p)) for p in ("sparse_react", "alfworld", "textworld"))
+    return tuple((p, metadata.version(p)) for p in ("sparse_react", "alfworld", "textworld", "torch", "transformers"))
 
 
 def versions() -> dict[str, str]:
@@ -125,25 +151,7 @@ def versions() -> dict[str, str]:
     return dict(_versions())
 
 
-@dataclass(frozen=True)
-class Decision:
-    """One line a policy chose, with how (`mode`) and the tokens it cost, as recorded in the entry."""
-
-    line: str
-    mode: str | None = None
-    tokens: int | None = None
-
-
-Request = tuple[Context, list[str]]  # what a policy is asked: the context and the admissible commands
-
-
-def decide(policy: Policy, context: Context, admissible: Sequence[str]) -> Decision:
-    """Ask a one-episode-at-a-time policy for its next line."""
-    line = policy.next_line(context, admissible)
-    return Decision(line, getattr(policy, "last_mode", policy.name), getattr(policy, "last_tokens", None))
-
-
-def run_episode(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | Rhythm = "sparse",
+def run_episode(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | Rhythm = DEFAULT_RHYTHM,
                 variant: int = 0, rules: LoopRules = LoopRules(),
                 on_entry: Callable[[Entry], None] | None = None) -> Episode:
     """Play one episode of `game` with `policy` in `rhythm` and return its record.
@@ -154,42 +162,37 @@ def run_episode(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | 
     try:
         request = next(turns)
         while True:
-            try:
-                decision = decide(policy, *request)
-            except Exception as exc:  # recorded by the episode as its error
-                request = turns.throw(exc)
-            else:
-                request = turns.send(decision)
+            (decision,) = decide_all(policy, [request])
+            request = turns.throw(decision) if isinstance(decision, Exception) else turns.send(decision)
     except StopIteration as stop:
         return stop.value
 
 
-def episode_turns(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | Rhythm = "sparse",
+def episode_turns(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | Rhythm = DEFAULT_RHYTHM,
                   variant: int = 0, rules: LoopRules = LoopRules(),
                   on_entry: Callable[[Entry], None] | None = None) -> Generator[Request, Decision, Episode]:
     """One episode as a generator: it yields each request for a line and is sent the Decision; it
-    returns the Episode. `run_episode` drives it with one policy; a batch driver drives many at once."""
+    returns the Episode. `run_episode` drives one; the evaluator's batch driver drives many at once."""
     rhythm = get_rhythm(rhythm) if isinstance(rhythm, str) else rhythm
     env.max_steps = rules.max_steps
     react = ThinkWrapper(env, thoughts_count=rules.thoughts_count)
     started = time.perf_counter()
-    episode = Episode(str(game.path), game.task_type.value, "", rhythm.name, policy.name, "", variant,
-                      settings={**asdict(rules), "game_name": game.name}, versions=versions())
+    episode = new_episode(game, rhythm.name, policy, variant, rules)
     ended_by: Failure | str | None = None
     context = None
     try:  # a game that fails to load, a policy, rhythm or engine failure ends this episode, not the run
         observation, info = react.reset(options={"game": game})
         episode.task, episode.initial_observation = info["task"], observation
-        context = Context.start(rhythm, game.task_type, info["task"], observation, variant)
-        policy.start(env, context)
+        context = Context.start(rhythm, game.task_type, info["task"], observation, variant, game)
+        policy.start(context)
         while ended_by is None:
             t0 = time.perf_counter()
             decision = yield context, list(info["admissible_commands"])
             line = decision.line.strip()
-            kind = Kind.THOUGHT if is_thought(line) else Kind.ACTION
+            kind = kind_of(line)
             rhythm.check(kind, context.previous_kind)
             observation, _, _, truncated, info = react.step(line)
-            text = line[len(THINK.strip()):].strip() if kind is Kind.THOUGHT else line
+            text = thought_text(line) if kind is Kind.THOUGHT else line
             episode.entries.append(Entry(len(episode.entries) + 1, kind, text, observation, time.perf_counter() - t0,
                                          tokens=decision.tokens, mode=decision.mode))
             context.append(line, observation)
@@ -199,9 +202,10 @@ def episode_turns(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str 
             if ended_by is None and _looping(episode, rules.loop_repeats):
                 ended_by = Failure.LOOP
     except Exception as exc:
-        ended_by, episode.error = Failure.ERROR, f"{type(exc).__name__}: {exc}"
+        ended_by = Failure.ERROR
+        episode.error, episode.traceback = f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc))
     finally:
-        if context is not None and hasattr(policy, "end"):
+        if context is not None:
             policy.end(context)
     episode.won = ended_by == "won"
     episode.failure = None if episode.won else classify_failure(episode, ended_by)
@@ -209,8 +213,13 @@ def episode_turns(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str 
     return episode
 
 
+def new_episode(game: GameRef, rhythm: str, policy: Policy, variant: int, rules: LoopRules) -> Episode:
+    """The record an episode starts from (and the whole record of one that never got to start)."""
+    return Episode(str(game.path), game.task_type.value, "", rhythm, policy.name, "", variant,
+                   settings={**asdict(rules), "game_name": game.name}, versions=versions(), policy_spec=policy.spec())
+
+
 def _looping(episode: Episode, repeats: int) -> bool:
     tail = episode.entries[-repeats:] if repeats else []
     return len(tail) == repeats and all(e.kind is Kind.ACTION for e in tail) and \
         len({(e.text, e.observation) for e in tail}) == 1
-

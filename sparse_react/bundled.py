@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
+ADAPTERS_DIR = PACKAGE / "adapters"  # the trained LoRA adapters, one folder per rhythm (policies/shipped.py)
 
 
 def bundled_dir(name: str) -> Path:

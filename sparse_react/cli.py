@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
 import typer
 
+from sparse_react.errors import UserError
 from sparse_react.games.catalog import BUNDLED_SPLITS, GameSetError, count_by_task, find_games
+from sparse_react.lines import NOTHING_HAPPENS, is_thought
 from sparse_react.tasks import TaskType
 from sparse_react.trajectory import RecordError
 
@@ -20,9 +23,7 @@ app.add_typer(games_app, name="games")
 cache_app = typer.Typer(help="The engine's disk cache of PDDL translations.", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
 
-# Every error that is the user's to fix (GameSetError, GameFileError, UnknownTaskError, PolicyError,
-# RhythmError, PromptError, RecordError, ModelError, bad settings) is a ValueError.
-USER_ERRORS = (ValueError,)
+BUG_REPORT = "this is a bug in sparse_react: please report it with the traceback above"
 POLICY_HELP = ("hf (the shipped trained agent of each rhythm: a LoRA adapter on the embedded SmolLM2-135M), "
                "expert, search-expert, random or scripted:FILE.")
 MODEL_HELP = ("base (the untuned embedded SmolLM2-135M-Instruct), or a local model folder, adapter folder or .gguf "
@@ -141,7 +142,7 @@ def play(game: str = typer.Argument(..., help="A game file or a game set."),
         if command in ("admissible", "?"):
             typer.echo("\n".join(info["admissible_commands"]))
             continue
-        if command and not command.lower().startswith("think:") and command not in info["admissible_commands"]:
+        if command and not is_thought(command) and command not in info["admissible_commands"]:
             typer.echo(f"({command!r} is not an admissible command: the game will say nothing happens)")
         observation, _, terminated, truncated, info = env.step(command)
         typer.echo(observation)
@@ -181,8 +182,10 @@ def run(
     verdict = "WON" if episode.won else f"FAILED ({episode.failure.value})"
     typer.echo(typer.style(f"{verdict} in {len(episode.entries)} steps: {len(episode.actions)} actions, "
                            f"{len(episode.thoughts)} thoughts; record appended to {out}", bold=True))
-    if getattr(chosen, "free_actions", 0):
-        typer.echo(f"freely generated actions not admissible: {chosen.invalid_rate:.0%}")
+    free = [e for e in episode.actions if e.mode == "free"]
+    if free:
+        typer.echo(f"freely generated actions the game did not accept: "
+                   f"{sum(e.observation == NOTHING_HAPPENS for e in free) / len(free):.0%}")
     if episode.error:
         typer.echo(f"error: {episode.error}", err=True)
 
@@ -221,7 +224,7 @@ def resume(
     out: Optional[Path] = typer.Option(None, help="Where to append the resumed episode (default: RECORD)."),
 ) -> None:
     """Edit (or insert) one thought of a recorded episode, replay up to it, and let the policy go on."""
-    from sparse_react.policies import make_policy
+    from sparse_react.policies import make_policy, policy_from_spec
     from sparse_react.resume import load_episode
     from sparse_react.resume import resume as resume_episode
     from sparse_react.trajectory import append_episode
@@ -230,7 +233,7 @@ def resume(
         raise RecordError("give exactly one of --edit STEP THOUGHT or --insert STEP THOUGHT")
     step, thought = edit if edit[0] else insert
     old = load_episode(record, episode)
-    chosen = make_policy(policy or old.policy, seed)
+    chosen = make_policy(policy, seed) if policy else policy_from_spec(old.policy, old.policy_spec, seed)
     new, mismatches = resume_episode(record, episode, step, thought, chosen, insert=bool(insert[0]), old=old)
     for entry in new.entries:
         _print_entry(entry)
@@ -268,7 +271,8 @@ def eval_(
     from dataclasses import asdict
 
     from sparse_react.agent import LoopRules
-    from sparse_react.evaluate import RunSettings, evaluate, success_table
+    from sparse_react.evaluate import RunSettings, evaluate
+    from sparse_react.report import success_table
     from sparse_react.rhythms import get_rhythm
 
     names = [get_rhythm(r.strip()).name for r in rhythms.split(",") if r.strip()]
@@ -286,16 +290,14 @@ def eval_(
     chosen = _policy(policy, model, seed, action_mode, shots=shots, window=window, rhythms=names)
     rules = LoopRules(max_steps=max_steps)
     settings = RunSettings(games, f"hf:{model}" if model else policy, tuple(names), tuple(variant_list),
-                           asdict(rules),
-                           {"limit": limit, "task_types": task_types, "filter": filter},
-                           {"seed": seed, "action_mode": action_mode, "shots": getattr(chosen, "shots", None),
-                            "window": window})
+                           asdict(rules), {"limit": limit, "task_types": task_types, "filter": filter},
+                           chosen.spec())
     _INTERRUPTED[0] = (f"finished episodes are in {out}; rerun the same command to resume" if out
                        else "nothing was saved (no --out)")
     try:
         episodes = evaluate(refs, chosen, names, variant_list, rules, run_dir=out, settings=settings, workers=workers,
                             backend=backend, ray_address=ray_address,
-                            batch=batch or (DEFAULT_MODEL_BATCH if hasattr(chosen, "next_lines") else 1))
+                            batch=batch or (DEFAULT_MODEL_BATCH if chosen.batched else 1))
     except KeyboardInterrupt:
         _interrupted()
     typer.echo(success_table(episodes, label=chosen.name, by_rhythm=True))
@@ -378,12 +380,17 @@ def finetune(
 
 
 def main() -> None:
-    """Entry point: user errors end with one clear line and exit status 2, never a traceback."""
+    """Entry point: user errors end with one clear line and exit status 2, never a traceback; any
+    other exception is a bug, and keeps its traceback."""
     try:
         app()
-    except USER_ERRORS as exc:
+    except UserError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except Exception:
+        traceback.print_exc()
+        typer.echo(BUG_REPORT, err=True)
+        sys.exit(1)
     except KeyboardInterrupt:  # one that got past the command's own handler
         _interrupted()
 

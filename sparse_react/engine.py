@@ -19,7 +19,6 @@ from sparse_react.engine_cache import EngineCaches
 from sparse_react.games.files import GameFileError, load_game_data
 
 WELCOME_BANNER = "-= Welcome to TextWorld, ALFRED! =-"
-NOTHING_HAPPENS = "Nothing happens."
 
 
 @dataclass(frozen=True)

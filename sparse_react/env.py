@@ -23,18 +23,12 @@ from gymnasium import spaces
 
 from sparse_react.engine import WELCOME_BANNER, Engine, GameState
 from sparse_react.games.catalog import GameRef, find_games, game_ref
+from sparse_react.lines import THOUGHT_REPLY, is_thought
 from sparse_react.tasks import TaskType
 
 DEFAULT_MAX_STEPS = 50
-THINK_PREFIX = "think:"
-THOUGHT_REPLY = "OK."
 TEXT_CHARSET = string.printable
 TASK_MARKER = "Your task is to: "
-
-
-def is_thought(line: str) -> bool:
-    """A ReAct language step: a line starting with `think:` (case-insensitive)."""
-    return line.lstrip().lower().startswith(THINK_PREFIX)
 
 
 class HouseholdEnv(gym.Env[str, str]):

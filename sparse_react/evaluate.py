@@ -14,28 +14,27 @@ import os
 import queue
 import signal
 import sys
-import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from tqdm import tqdm
 
-import sparse_react
-from sparse_react.agent import Decision, LoopRules, Policy, Request, decide, episode_turns, run_episode, versions
+from sparse_react.agent import LoopRules, Policy, Request, decide_all, episode_turns, new_episode, run_episode, versions
 from sparse_react.env import HouseholdEnv
+from sparse_react.errors import UserError
 from sparse_react.games.catalog import GameRef
-from sparse_react.tasks import TaskType
-from sparse_react.trajectory import Episode, Failure, append_episode, read_episodes
+from sparse_react.rhythms import DEFAULT_RHYTHM
+from sparse_react.trajectory import EPISODES_FILE, Episode, Failure, append_episode, read_episodes
 
-RUN_FORMAT = "sparse_react.run/1"
+RUN_FORMAT = "sparse_react.run/2"
 BACKENDS = ("local", "ray")
 SETTINGS_FILE = "settings.json"
-EPISODES_FILE = "episodes.jsonl"
 
 
-class RunFolderError(ValueError):
-    """A run folder made with other settings or by an incompatible version; the message says which."""
+class RunFolderError(UserError, ValueError):
+    """A run folder made with other settings or by an incompatible version, or a setting no run can
+    have; the message says which."""
 
 
 @dataclass(frozen=True)
@@ -48,10 +47,10 @@ class RunSettings:
     variants: tuple[int, ...] = (0,)
     rules: dict = field(default_factory=lambda: asdict(LoopRules()))
     selection: dict = field(default_factory=dict)  # limit, task types, filter
-    policy_settings: dict = field(default_factory=dict)
+    policy_spec: dict = field(default_factory=dict)  # Policy.spec(): kind, model and weights' hash, dtype, device, ...
 
     def to_json(self) -> dict:
-        return {"format": RUN_FORMAT, "sparse_react": sparse_react.__version__, **asdict(self)}
+        return {"format": RUN_FORMAT, "versions": versions(), **asdict(self)}
 
 
 def episode_key(game: str, rhythm: str, variant: int) -> tuple[str, str, int]:
@@ -74,9 +73,9 @@ def open_run(run_dir: Path, settings: RunSettings) -> list[Episode]:
         if stored.get("format") != RUN_FORMAT:
             raise RunFolderError(f"{run_dir} was written by an incompatible version "
                                  f"(format {stored.get('format')!r}, this is {RUN_FORMAT}); use another --out")
-        changed = sorted(k for k in wanted if k != "sparse_react" and stored.get(k) != wanted[k])
+        changed = _differences(stored, {k: v for k, v in wanted.items() if k != "versions"})  # an upgrade may resume
         if changed:
-            detail = "; ".join(f"{k}: {stored.get(k)!r} → {wanted[k]!r}" for k in changed)
+            detail = "; ".join(f"{k}: {old!r} → {new!r}" for k, old, new in changed)
             raise RunFolderError(f"{run_dir} holds a run with other settings ({detail}); use another --out")
     else:
         path.write_text(json.dumps(wanted, indent=1) + "\n")
@@ -89,7 +88,19 @@ def open_run(run_dir: Path, settings: RunSettings) -> list[Episode]:
     return read_episodes(episodes_path)
 
 
-def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[str] = "act",
+def _differences(stored: dict, wanted: dict, path: str = "") -> list[tuple[str, object, object]]:
+    """(field, stored, wanted) for every field that differs, nested fields named `a.b`."""
+    out = []
+    for key in sorted(set(stored) | set(wanted)) if path else wanted:
+        old, new = stored.get(key), wanted.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            out += _differences(old, new, f"{path}{key}.")
+        elif old != new:
+            out.append((path + key, old, new))
+    return out
+
+
+def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[str] = DEFAULT_RHYTHM,
              variants: Sequence[int] = (0,), rules: LoopRules = LoopRules(), run_dir: Path | None = None,
              settings: RunSettings | None = None, progress: bool = True, workers: int = 1,
              backend: str = "local", ray_address: str | None = None, batch: int = 1) -> list[Episode]:
@@ -99,7 +110,7 @@ def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[s
     appended as soon as it ends. `workers > 1` plays episodes in that many processes (the engine
     is not thread-safe); a worker that dies is replaced and its episodes recorded as errors.
     `batch > 1` (local backend) keeps that many episodes live per process and asks the policy for all their next
-    lines at once (`next_lines`: one forward pass for all with a model policy).
+    lines in one `decide` call (one forward pass for all with a model policy).
     `backend="ray"` sends each episode to a Ray cluster (`ray_address`, or a local instance);
     this process stays the only writer of the run folder. Returns all episodes, in plan order.
     """
@@ -107,14 +118,15 @@ def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[s
     plan = [(game, r, v) for r in rhythms for v in variants for game in games]
     done: dict[tuple, Episode] = {}
     if run_dir is not None:
-        settings = settings or RunSettings("", policy.name, tuple(rhythms), tuple(variants), asdict(rules))
+        settings = settings or RunSettings("", policy.name, tuple(rhythms), tuple(variants), asdict(rules),
+                                           policy_spec=policy.spec())
         for episode in open_run(run_dir, settings):
             done[episode_key(episode.settings.get("game_name", episode.game), episode.rhythm, episode.prompt_variant)] = episode
     todo = [task for task in plan if episode_key(task[0].name, task[1], task[2]) not in done]
     bar = tqdm(total=len(plan), initial=len(done), desc=policy.name, unit="ep", disable=not progress)
     won = [e.won for e in done.values()]
     if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; one of {', '.join(BACKENDS)}")
+        raise RunFolderError(f"unknown backend {backend!r}; one of {', '.join(BACKENDS)}")
     if backend == "ray":
         play = _play_on_ray(todo, policy, rules, ray_address)
     elif workers > 1:
@@ -135,29 +147,11 @@ def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[s
 Task = tuple[GameRef, str, int]
 
 
-def decide_all(policy: Policy, requests: Sequence[Request]) -> list[Decision | Exception]:
-    """A decision (or the exception that stopped it) per request: one batched call when the policy
-    has `next_lines`; if that call fails, each request alone, so one bad episode spoils no other."""
-    if hasattr(policy, "next_lines") and len(requests) > 1:
-        try:
-            return policy.next_lines(requests)
-        except Exception as exc:
-            warnings.warn(f"a batched decision failed ({type(exc).__name__}: {exc}); deciding one episode at a time")
-    out: list[Decision | Exception] = []
-    for request in requests:
-        try:
-            out.append(decide(policy, *request))
-        except Exception as exc:
-            out.append(exc)
-    return out
-
-
 def _play_batched(tasks: Iterable[tuple[int, Task]], policy: Policy, rules: LoopRules,
                   size: int = 1) -> Iterator[tuple[int, Episode]]:
     """(index, episode) as each finishes, with up to `size` episodes live at once, each in its own
     environment; every turn one `decide_all` call decides for all of them."""
     todo, free_envs = iter(tasks), []
-    size = size if hasattr(policy, "next_lines") else 1  # other policies keep one episode's state
     live: dict[Any, tuple[int, HouseholdEnv, Request]] = {}
 
     def advance(turns: Any, index: int, env: HouseholdEnv, step: Any) -> Iterator[tuple[int, Episode]]:
@@ -291,25 +285,6 @@ def _play_on_ray(tasks: Sequence[Task], policy: Policy, rules: LoopRules, addres
 
 def _crashed(task: Task, policy: Policy, rules: LoopRules, message: str) -> Episode:
     game, rhythm, variant = task
-    return Episode(str(game.path), game.task_type.value, "", rhythm, policy.name, "", variant,
-                   settings={**asdict(rules), "game_name": game.name}, versions=versions(),
-                   failure=Failure.ERROR, error=message)
-
-
-def success_table(episodes: Iterable[Episode], label: str = "success", by_rhythm: bool = False) -> str:
-    """A Markdown table: wins/games and percentage per task type (Pick ... Pick2) and All; one row
-    (named `label`), or one row per rhythm (`label (rhythm)`)."""
-    episodes = list(episodes)
-    groups = {label: episodes}
-    if by_rhythm:
-        groups = {f"{label} ({r})": [e for e in episodes if e.rhythm == r] for r in dict.fromkeys(e.rhythm for e in episodes)}
-    header = ["", *(t.column for t in TaskType), "All"]
-    rows = [header, ["---"] * len(header)]
-    for name, group in groups.items():
-        cells = [name]
-        for part in [*([e for e in group if e.task_type == t.value] for t in TaskType), group]:
-            wins = sum(e.won for e in part)
-            cells.append(f"{wins}/{len(part)} ({wins / len(part):.0%})" if part else "–")
-        rows.append(cells)
-    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
-
+    episode = new_episode(game, rhythm, policy, variant, rules)
+    episode.failure, episode.error = Failure.ERROR, message
+    return episode

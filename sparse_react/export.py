@@ -19,18 +19,19 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from sparse_react.agent import Context
+from sparse_react.errors import UserError
 from sparse_react.games.catalog import GameRef, GameSetError, find_games
-from sparse_react.prompts import THINK
+from sparse_react.lines import Kind, thought_line
 from sparse_react.report import load_runs
 from sparse_react.rhythms import get_rhythm
 from sparse_react.tasks import TaskType
-from sparse_react.trajectory import Episode, Kind
+from sparse_react.trajectory import Episode
 
 DATA_FORMAT = "sparse_react.sft/1"
 DEFAULT_EVAL_SETS = ("valid_unseen", "valid_seen", "alfworld:valid_seen", "alfworld:valid_unseen")
 
 
-class ExportError(ValueError):
+class ExportError(UserError, ValueError):
     """An export that would be empty or would leak an evaluation game; the message says which."""
 
 
@@ -71,7 +72,7 @@ def episode_messages(episode: Episode) -> list[dict[str, str]]:
                             episode.initial_observation, episode.prompt_variant)
     messages = [{"role": "user", "content": context.zero_shot_prefix.rstrip("\n")}]
     for entry in episode.entries:
-        line = THINK + entry.text if entry.kind is Kind.THOUGHT else entry.text
+        line = thought_line(entry.text) if entry.kind is Kind.THOUGHT else entry.text
         messages += [{"role": "assistant", "content": line}, {"role": "user", "content": entry.observation}]
     return messages
 

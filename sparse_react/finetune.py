@@ -33,14 +33,17 @@ from typing import Any, Sequence
 
 import torch
 
+from sparse_react.cards import MODEL_CARD, MODEL_FORMAT, ModelError
+from sparse_react.errors import UserError
+from sparse_react.lines import is_thought
 from sparse_react.policies.hf import (
-    MODEL_CARD, ModelError, base_identity, cpu_has_native_bf16, import_peft, load_model, plain_model, render_head)
+    base_identity, cpu_has_native_bf16, import_peft, load_model, plain_model)
+from sparse_react.transcript import render, render_head
 
-MODEL_FORMAT = "sparse_react.model/1"
 THOUGHT_MARGIN = 16  # tokens a fine-tuned model may write beyond its longest training thought
 
 
-class FinetuneError(ValueError):
+class FinetuneError(UserError, ValueError):
     """Unusable training data, base model or output folder; the message says which and why."""
 
 
@@ -91,20 +94,19 @@ def read_examples(path: Path) -> list[dict]:
     return examples
 
 
+def example_turns(messages: Sequence[dict]) -> list[tuple[str, str]]:
+    """An exported example's (agent line, game answer) turns, after its first (prefix) message."""
+    rest = messages[1:]
+    return [(line["content"], answer["content"]) for line, answer in zip(rest[::2], rest[1::2])]
+
+
 def tokenize_example(tokenizer: Any, messages: Sequence[dict], chat: bool, max_length: int) -> dict[str, list[int]]:
-    """input_ids and labels (-100 where there is no loss) for one example, as HFPolicy renders it."""
-    text = render_head(tokenizer, messages[0]["content"] + "\n", chat)
-    targets: list[tuple[int, int]] = []
-    for message in messages[1:]:
-        if message["role"] == "assistant":
-            text += ">"
-            targets.append((len(text), len(text) + len(message["content"]) + 2))  # " line\n"
-            text += " " + message["content"] + "\n"
-        else:
-            text += message["content"] + "\n"
-    encoded = tokenizer(text, add_special_tokens=not chat, return_offsets_mapping=True)
+    """input_ids and labels (-100 where there is no loss) for one example, rendered as the model
+    policy renders an episode (`sparse_react.transcript`), with the loss on the agent's lines."""
+    transcript = render(render_head(tokenizer, messages[0]["content"] + "\n", chat), example_turns(messages), ask=False)
+    encoded = tokenizer(transcript.text, add_special_tokens=not chat, return_offsets_mapping=True)
     ids, labels = encoded["input_ids"], []
-    spans = iter(targets)
+    spans = iter(transcript.agent_spans)
     span = next(spans, None)
     for token, (start, end) in zip(ids, encoded["offset_mapping"]):
         while span and start >= span[1]:
@@ -207,8 +209,7 @@ def return_large_blocks_to_the_os(threshold: int = 1 << 20) -> None:
 
 def longest_thought(tokenizer: Any, examples: Sequence[dict]) -> int:
     """Tokens in the longest thought line of the data: how long a thought the model learned to write."""
-    thoughts = [m["content"] for e in examples for m in e["messages"][1:]
-                if m["role"] == "assistant" and m["content"].startswith("think:")]
+    thoughts = [line for e in examples for line, _ in example_turns(e["messages"]) if is_thought(line)]
     return max((len(tokenizer(" " + t + "\n", add_special_tokens=False)["input_ids"]) for t in thoughts), default=0)
 
 

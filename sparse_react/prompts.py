@@ -16,15 +16,15 @@ from pathlib import Path
 import yaml
 
 from sparse_react.bundled import bundled_dir
-from sparse_react.env import THINK_PREFIX, THOUGHT_REPLY
+from sparse_react.errors import UserError
+from sparse_react.lines import THINK, THOUGHT_REPLY
 from sparse_react.rhythms import Rhythm
 from sparse_react.tasks import TaskType
 
-THINK = THINK_PREFIX + " "
 VARIANTS: tuple[tuple[int, int], ...] = tuple(itertools.permutations(range(3), 2))
 
 
-class PromptError(ValueError):
+class PromptError(UserError, ValueError):
     """A missing or malformed prompt file, or a variant out of range; the message names it."""
 
 

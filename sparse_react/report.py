@@ -12,9 +12,8 @@ from statistics import mean
 from typing import Sequence
 
 from sparse_react.tasks import TaskType
-from sparse_react.trajectory import Episode, Failure, RecordError, read_episodes
+from sparse_react.trajectory import EPISODES_FILE, Episode, Failure, RecordError, read_episodes
 
-RECORD_FILE = "episodes.jsonl"
 COLUMNS: tuple[str, ...] = (*(t.column for t in TaskType), "All")
 DASH = "–"
 
@@ -31,9 +30,9 @@ def load_runs(paths: Sequence[Path | str]) -> list[Run]:
     seen: set[str] = set()
     for raw in paths:
         path = Path(raw)
-        file = path / RECORD_FILE if path.is_dir() else path
+        file = path / EPISODES_FILE if path.is_dir() else path
         if path.is_dir() and not file.is_file():
-            raise RecordError(f"{path}: no {RECORD_FILE} in this run folder")
+            raise RecordError(f"{path}: no {EPISODES_FILE} in this run folder")
         episodes = read_episodes(file)
         if not episodes:
             raise RecordError(f"{file}: no episodes in this record file")
@@ -44,7 +43,7 @@ def load_runs(paths: Sequence[Path | str]) -> list[Run]:
 def _label_for(path: Path) -> str:
     if path.is_dir():
         return path.resolve().name
-    return path.resolve().parent.name if path.name == RECORD_FILE else path.stem
+    return path.resolve().parent.name if path.name == EPISODES_FILE else path.stem
 
 
 def _unique(label: str, seen: set[str]) -> str:
@@ -149,6 +148,15 @@ def success_rows(groups: Sequence[GroupStats]) -> list[list[str]]:
         cells = [f"{g.wins[c]}/{g.games[c]} ({g.success(c):.0f}%)" if g.games[c] else DASH for c in COLUMNS]
         rows.append([g.name, *cells])
     return rows
+
+
+def success_table(episodes: Sequence[Episode], label: str = "success", by_rhythm: bool = False) -> str:
+    """The success table of some episodes as Markdown: one row named `label`, or one per rhythm
+    (`label (rhythm)`)."""
+    groups = {label: list(episodes)}
+    if by_rhythm:
+        groups = {f"{label} ({r})": [e for e in episodes if e.rhythm == r] for r in dict.fromkeys(e.rhythm for e in episodes)}
+    return markdown_table(["", *COLUMNS], success_rows([group_stats(n, label, g) for n, g in groups.items() if g]))
 
 
 def markdown_report(runs: Sequence[Run]) -> str:
@@ -269,7 +277,7 @@ def _save(fig, path: Path) -> Path:
 def write_report(runs: Sequence[Run], out_dir: Path | str) -> dict[str, Path]:
     """Write report.md, report.csv and the PNG plots into out_dir; return their paths by name."""
     if not runs:
-        raise ValueError("no runs to report on")
+        raise RecordError("no runs to report on")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     groups = summarize(runs)

@@ -11,17 +11,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from sparse_react.agent import Context, LoopRules, Policy, run_episode
-from sparse_react.env import THOUGHT_REPLY, HouseholdEnv
+from sparse_react.agent import Context, Decision, LoopRules, Policy, Request, run_episode
+from sparse_react.env import HouseholdEnv
 from sparse_react.games.catalog import game_ref
-from sparse_react.prompts import THINK
-from sparse_react.trajectory import Entry, Episode, Kind, RecordError, read_episodes
+from sparse_react.lines import THINK_PREFIX, THOUGHT_REPLY, Kind, thought_line, thought_text
+from sparse_react.trajectory import Entry, Episode, RecordError, read_episodes
 
 
 @dataclass
 class ReplayPolicy:
-    """Sends recorded lines first, noting every replayed action whose observation differs, then
-    hands over to `then`."""
+    """Sends recorded lines first (with the mode and tokens they were recorded with, so a resumed
+    model episode keeps its token counts and an edited thought stays marked `human`), noting every
+    replayed action whose observation differs, then hands over to `then`."""
 
     lines: list[Entry]
     then: Policy
@@ -33,21 +34,22 @@ class ReplayPolicy:
         return self.then.name
 
     @property
-    def last_mode(self) -> str:
-        if self._next <= len(self.lines):
-            return "replay"
-        return getattr(self.then, "last_mode", self.then.name)
+    def batched(self) -> bool:
+        return False
 
-    def start(self, env: HouseholdEnv, context: Context) -> None:
+    def spec(self) -> dict:
+        return self.then.spec()
+
+    def start(self, context: Context) -> None:
         self._next = 0
         self.mismatches = []
-        self.then.start(env, context)
+        self.then.start(context)
 
     def end(self, context: Context) -> None:
-        if hasattr(self.then, "end"):
-            self.then.end(context)
+        self.then.end(context)
 
-    def next_line(self, context: Context, admissible: Sequence[str]) -> str:
+    def decide(self, requests: Sequence[Request]) -> list[Decision | Exception]:
+        (context, admissible), = requests
         if 0 < self._next <= len(self.lines):
             sent = self.lines[self._next - 1]
             if sent.kind is Kind.ACTION and context.last_observation != sent.observation:
@@ -55,8 +57,9 @@ class ReplayPolicy:
         self._next += 1
         if self._next <= len(self.lines):
             entry = self.lines[self._next - 1]
-            return THINK + entry.text if entry.kind is Kind.THOUGHT else entry.text
-        return self.then.next_line(context, admissible)
+            line = thought_line(entry.text) if entry.kind is Kind.THOUGHT else entry.text
+            return [Decision(line, entry.mode if entry.mode == "human" else "replay", entry.tokens)]
+        return self.then.decide(requests)
 
 
 def edited_lines(episode: Episode, step: int, thought: str, insert: bool) -> list[Entry]:
@@ -67,7 +70,7 @@ def edited_lines(episode: Episode, step: int, thought: str, insert: bool) -> lis
         raise RecordError(f"step {step} is an action ({episode.entries[step - 1].text!r}), not a thought: "
                           "use --insert to add a thought before it")
     thought = thought.strip()
-    thought = thought[len(THINK.strip()):].strip() if thought.lower().startswith(THINK.strip()) else thought
+    thought = thought_text(thought) if thought.lower().startswith(THINK_PREFIX) else thought
     if not thought:
         raise RecordError("the new thought is empty")
     return [*episode.entries[: step - 1], Entry(step, Kind.THOUGHT, thought, THOUGHT_REPLY, mode="human")]

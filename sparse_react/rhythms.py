@@ -4,22 +4,35 @@ and a thought key in the prompt files, not edits across the code."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
-from sparse_react.trajectory import Kind
+from sparse_react.errors import UserError
+from sparse_react.lines import Kind
 
 
-class RhythmError(ValueError):
+class RhythmError(UserError, ValueError):
     """An unknown rhythm, or a line whose kind the rhythm does not allow at that point."""
+
+
+class ExpertThoughts(str, Enum):
+    """Which thoughts the experts write in a rhythm (`policies/expert.py` phrases them)."""
+
+    NONE = "none"
+    KEY_MOMENTS = "key moments"  # decomposition, a subgoal done and the next chosen, where to look, surprises
+    KEY_MOMENTS_ELSE_WHY = "the key moment's thought, else why this action"
+    GOAL_AND_SUBGOAL = "the goal and the current subgoal"
 
 
 @dataclass(frozen=True)
 class Rhythm:
-    """What the loop allows: whether thoughts exist at all, and whether one must precede each action."""
+    """What the loop allows: whether thoughts exist at all, and whether one must precede each action;
+    and which thoughts the experts write in it."""
 
     name: str
     thinks: bool
     thought_before_each_action: bool
     description: str
+    expert_thoughts: ExpertThoughts
 
     def allowed(self, previous: Kind | None) -> frozenset[Kind]:
         """The kinds of line allowed after `previous` (None at the start of an episode)."""
@@ -38,12 +51,15 @@ class Rhythm:
 RHYTHMS: dict[str, Rhythm] = {
     r.name: r
     for r in (
-        Rhythm("sparse", True, False, "ReAct: thoughts only at decomposition, subgoal changes, object search, surprises"),
-        Rhythm("dense", True, True, "a thought before every action"),
-        Rhythm("im", True, True, "ReAct-IM: before every action, restate the goal and the current subgoal only"),
-        Rhythm("act", False, False, "actions only"),
+        Rhythm("sparse", True, False, "ReAct: thoughts only at decomposition, subgoal changes, object search, surprises",
+               ExpertThoughts.KEY_MOMENTS),
+        Rhythm("dense", True, True, "a thought before every action", ExpertThoughts.KEY_MOMENTS_ELSE_WHY),
+        Rhythm("im", True, True, "ReAct-IM: before every action, restate the goal and the current subgoal only",
+               ExpertThoughts.GOAL_AND_SUBGOAL),
+        Rhythm("act", False, False, "actions only", ExpertThoughts.NONE),
     )
 }
+DEFAULT_RHYTHM = "sparse"
 
 
 def get_rhythm(name: str) -> Rhythm:

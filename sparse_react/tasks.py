@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+from sparse_react.errors import UserError
+
 
 class TaskType(str, Enum):
     """An ALFWorld task type; the value is the name used in game folders."""
@@ -33,6 +35,23 @@ class TaskType(str, Enum):
         raise UnknownTaskError(f"unknown task type {text!r}; known: {known}")
 
 
+@dataclass(frozen=True)
+class Transform:
+    """What a state-changing task does to its object: the command's verb (`heat X with Y`), the
+    state it leaves (hot), and the appliance, by its type name in the problems (Microwave)."""
+
+    verb: str
+    state: str
+    appliance: str
+
+
+TRANSFORMS: dict[TaskType, Transform] = {
+    TaskType.CLEAN: Transform("clean", "clean", "SinkBasin"),
+    TaskType.HEAT: Transform("heat", "hot", "Microwave"),
+    TaskType.COOL: Transform("cool", "cool", "Fridge"),
+}
+
+
 _COLUMNS = {
     TaskType.PICK: "Pick",
     TaskType.CLEAN: "Clean",
@@ -43,7 +62,7 @@ _COLUMNS = {
 }
 
 
-class UnknownTaskError(ValueError):
+class UnknownTaskError(UserError, ValueError):
     """A task type or task folder name that is not one of the six."""
 
 

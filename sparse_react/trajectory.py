@@ -12,15 +12,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from sparse_react.engine import NOTHING_HAPPENS
+from sparse_react.errors import UserError
+from sparse_react.lines import NOTHING_HAPPENS, Kind
 
 EPISODE_FORMAT = "sparse_react.episode/1"
+EPISODES_FILE = "episodes.jsonl"  # a run folder's record: one JSON line per finished episode
 INVALID_STREAK = 5  # trailing `Nothing happens.` actions that make a budget failure an invalid-action streak
-
-
-class Kind(str, Enum):
-    THOUGHT = "thought"
-    ACTION = "action"
 
 
 class Failure(str, Enum):
@@ -32,7 +29,7 @@ class Failure(str, Enum):
     ERROR = "error"
 
 
-class RecordError(ValueError):
+class RecordError(UserError, ValueError):
     """A record file or line that cannot be read; the message names the file and line."""
 
 
@@ -67,6 +64,8 @@ class Episode:
     failure: Failure | None = None
     error: str | None = None
     wall_time: float = 0.0
+    policy_spec: dict[str, Any] = field(default_factory=dict)  # the policy's identity: kind, model, weights' hash, settings
+    traceback: str | None = None  # of the exception that ended an error episode
 
     @property
     def actions(self) -> list[Entry]:

@@ -4,22 +4,18 @@ from __future__ import annotations
 
 import os
 
+from sparse_react.policies.expert import ExpertPolicy
 
-class DiesOn:
+
+class DiesOn(ExpertPolicy):
     """A test double for a crashing worker: plays like the expert, but its process exits with
     `code` (as a segfault would end it) when it starts the game named `game_name`."""
 
-    name = "expert"
-
     def __init__(self, game_name: str, code: int = 3):
-        from sparse_react.policies.expert import ExpertPolicy
+        super().__init__()
+        self.game_name, self.code = game_name, code
 
-        self.game_name, self.code, self.inner = game_name, code, ExpertPolicy()
-
-    def start(self, env, context):
-        if env.game.name == self.game_name:
+    def begin(self, context):
+        if context.game.name == self.game_name:
             os._exit(self.code)
-        self.inner.start(env, context)
-
-    def next_line(self, context, admissible):
-        return self.inner.next_line(context, admissible)
+        super().begin(context)

@@ -10,7 +10,8 @@ import pytest
 
 from sparse_react.agent import Context, LoopRules, run_episode
 from sparse_react.env import HouseholdEnv
-from sparse_react.evaluate import evaluate, success_table
+from sparse_react.evaluate import evaluate
+from sparse_react.report import success_table
 from sparse_react.games.files import load_game_data
 from sparse_react.policies.expert import ExpertPolicy
 from sparse_react.policies.random_admissible import RandomPolicy
@@ -18,27 +19,25 @@ from sparse_react.policies.scripted import ScriptedPolicy
 from sparse_react.resume import resume
 from sparse_react.rhythms import RHYTHMS
 from sparse_react.tasks import TaskType
-from sparse_react.trajectory import Failure, Kind, RecordError, append_episode, read_episodes
+from sparse_react.lines import Kind
+from sparse_react.trajectory import Failure, RecordError, append_episode, read_episodes
 
 
-class FollowThoughts:
+class FollowThoughts(ScriptedPolicy):
     """A test double for a model that listens to its thoughts: after `think: plan: a; b; c` it
     sends a, b, c; otherwise it replays its script."""
 
     name = "follow-thoughts"
 
-    def __init__(self, script):
-        self.script = ScriptedPolicy(script)
-
-    def start(self, env, context):
-        self.script.start(env, context)
+    def begin(self, context):
+        super().begin(context)
         self.pending = []
 
     def next_line(self, context, admissible):
         line = context.turns[-1][0] if context.turns else ""
         if line.startswith("think: plan:"):
             self.pending = [c.strip() for c in line.split("plan:", 1)[1].split(";") if c.strip()]
-        return self.pending.pop(0) if self.pending else self.script.next_line(context, admissible)
+        return self.pending.pop(0) if self.pending else super().next_line(context, admissible)
 
 
 @pytest.fixture(scope="module")

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
+import pytest
 
 from sparse_react.games.files import load_game_data
+from sparse_react.trajectory import read_episodes
 
 
-def cli(*args, stdin=None, timeout=300):
+def cli(*args, stdin=None, timeout=300, env=None):
     return subprocess.run([sys.executable, "-m", "sparse_react.cli", *args], input=stdin, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def assert_user_error(result, *needles):
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
-    assert result.stderr.startswith("error:") or "Error" in result.stderr
+    assert result.stderr.startswith("error:") and result.stderr.count("\n") == 1, result.stderr
     for needle in needles:
         assert needle in result.stderr
 
@@ -82,3 +86,72 @@ def test_eval_prints_success_table(valid_seen_games):
                  "--task-types", "look", "--limit", "2")
     assert result.returncode == 0, result.stderr
     assert "| expert (act) | – | – | – | – | 2/2 (100%) | – | 2/2 (100%) |" in result.stdout
+
+
+def test_run_plays_one_game_prints_it_and_appends_its_record(tmp_path):
+    record = tmp_path / "run.jsonl"
+    for _ in range(2):
+        result = cli("run", "valid_unseen", "--index", "3", "--policy", "search-expert", "--rhythm", "sparse",
+                     "--out", str(record))
+        assert result.returncode == 0, result.stderr
+    [first, second] = read_episodes(record)
+    assert first.won and second.won and len(first.entries) == len(second.entries)
+    assert f"WON in {len(first.entries)} steps" in result.stdout and "  think: " in result.stdout
+    assert first.policy_spec == {"kind": "search-expert"}
+
+
+@pytest.fixture(scope="module")
+def train_run(tmp_path_factory):
+    """An eval run folder: the search expert on 3 bundled train games, sparse and act."""
+    run = tmp_path_factory.mktemp("cli") / "experts"
+    result = cli("eval", "--games", "train", "--limit", "3", "--policy", "search-expert", "--rhythms", "sparse,act",
+                 "--out", str(run))
+    assert result.returncode == 0, result.stderr
+    return run
+
+
+def test_report_writes_the_table_the_measures_and_plots(train_run, tmp_path):
+    result = cli("report", str(train_run), "--out", str(tmp_path / "report"))
+    assert result.returncode == 0, result.stderr
+    wins = {e.rhythm: sum(x.won for x in read_episodes(train_run / "episodes.jsonl") if x.rhythm == e.rhythm)
+            for e in read_episodes(train_run / "episodes.jsonl")}
+    assert "| sparse | " in result.stdout and f"{wins['sparse']}/3" in result.stdout
+    for name in ("report.md", "report.csv", "success_by_task.png", "thought_density.png", "steps_to_success.png"):
+        assert (tmp_path / "report" / name).stat().st_size > 100, name
+
+
+def test_export_then_finetune_from_the_command_line(train_run, tmp_path):
+    from tiny import tiny_model
+
+    data = tmp_path / "data.jsonl"
+    result = cli("export", str(train_run), "--rhythm", "sparse", "--out", str(data))
+    assert result.returncode == 0, result.stderr
+    won = sum(e.won for e in read_episodes(train_run / "episodes.jsonl") if e.rhythm == "sparse")
+    assert f"wrote {won} examples ({won} sparse)" in result.stdout
+    assert len(data.read_text().splitlines()) == won
+    tiny_model(tmp_path / "tiny", chat=True)
+    model = tmp_path / "model"
+    result = cli("finetune", "--data", str(data), "--out", str(model), "--base", str(tmp_path / "tiny"),
+                 "--max-steps", "2", "--grad-accum", "1", "--learning-rate", "1e-3", "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    card = json.loads((model / "sparse_react.json").read_text())
+    assert card["steps"] == 2 and card["examples"] == won and f"trained 2 steps on {won} sparse" in result.stdout
+
+
+def test_games_generate_writes_games_that_show_and_solve(tmp_path):
+    result = cli("games", "generate", "--out", str(tmp_path), "--seed", "5", "--count", "2", "--split", "train")
+    assert result.returncode == 0, result.stderr
+    paths = result.stdout.split()
+    assert len(paths) == 2 and all(os.path.isfile(p) for p in paths)
+    shown = cli("games", "show", paths[1])
+    assert shown.returncode == 0 and "solution:   " in shown.stdout and json.loads(open(paths[1]).read())["walkthrough"]
+
+
+def test_cache_info_says_where_the_cache_is_and_what_it_holds(tmp_path, bundled_unseen):
+    env = {"SPARSE_REACT_CACHE_DIR": str(tmp_path / "cache"), "SPARSE_REACT_DISK_CACHE": "1"}
+    before = cli("cache", "info", env=env)
+    assert before.returncode == 0, before.stderr
+    assert f"folder:    {tmp_path / 'cache' / 'translations'}" in before.stdout and "entries:   0 " in before.stdout
+    assert cli("games", "show", str(bundled_unseen[0].path), env=env).returncode == 0
+    after = cli("cache", "info", env=env)
+    assert "entries:   0 " not in after.stdout and "enabled:   True" in after.stdout

@@ -8,7 +8,8 @@ import pytest
 
 from sparse_react.agent import Context, LoopRules, run_episode
 from sparse_react.env import HouseholdEnv
-from sparse_react.evaluate import evaluate, success_table
+from sparse_react.evaluate import evaluate
+from sparse_react.report import success_table
 from sparse_react.games.catalog import BUNDLED_SPLITS, find_games
 from sparse_react.policies.expert import ExpertPolicy
 from sparse_react.policies.random_admissible import RandomPolicy
@@ -54,18 +55,20 @@ def test_expert_recovers_after_random_play(valid_seen_games, index):
     game = valid_seen_games[::7][index // 7]
     env = HouseholdEnv([game], max_steps=50)
     observation, info = env.reset(options={"game": game})
+    context = Context(get_rhythm("act"), game.task_type, info["task"], "", game=game)
     rng = random.Random(index)
     for _ in range(6):  # leave the solution path: random admissible commands
-        observation, _, terminated, _, info = env.step(rng.choice(info["admissible_commands"]))
+        command = rng.choice(info["admissible_commands"])
+        observation, _, terminated, _, info = env.step(command)
+        context.append(command, observation)
         if terminated:
             break
-    expert = ExpertPolicy()
-    context = Context(get_rhythm("act"), game.task_type, info["task"], "")
-    expert.start(env, context)
+    expert = ExpertPolicy()  # handed control mid-episode: it knows only what the context says happened
+    expert.start(context)
     while not info["won"] and env.steps_used < 50:
-        command = expert.next_line(context, info["admissible_commands"])
-        observation, _, _, _, info = env.step(command)
-        context.append(command, observation)
+        (decision,) = expert.decide([(context, info["admissible_commands"])])
+        observation, _, _, _, info = env.step(decision.line)
+        context.append(decision.line, observation)
     assert info["won"], f"expert did not recover in {game.name}"
 
 

@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 from sparse_react.agent import LoopRules, run_episode  # noqa: E402
 from sparse_react.env import HouseholdEnv  # noqa: E402
 from sparse_react.policies.hf import HFPolicy, ModelError, load_model, normalise_action  # noqa: E402
-from sparse_react.trajectory import Kind  # noqa: E402
+from sparse_react.lines import Kind  # noqa: E402
 from tiny import tiny_model  # noqa: E402
 
 @pytest.fixture(scope="module", params=[False, True], ids=["plain", "chat"])
@@ -34,13 +34,13 @@ def env(bundled_unseen):
 def _record_admissible(policy) -> list[list[str]]:
     """The admissible commands of each turn the policy is asked for a line."""
     seen: list[list[str]] = []
-    original = policy.next_line
+    original = policy.decide
 
-    def next_line(context, admissible):
-        seen.append(list(admissible))
-        return original(context, admissible)
+    def decide(requests):
+        seen.extend(list(admissible) for _, admissible in requests)
+        return original(requests)
 
-    policy.next_line = next_line
+    policy.decide = decide
     return seen
 
 

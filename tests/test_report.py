@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 
@@ -42,13 +43,19 @@ def success_cells(markdown: str, row: str) -> list[str]:
     return [cell.strip() for cell in line.strip("|").split("|")][1:]
 
 
+def raw(folder):
+    """The run's records as plain JSON: what the report must agree with, read without its code."""
+    return [json.loads(line) for line in (folder / "episodes.jsonl").read_text().splitlines()]
+
+
 def test_side_by_side_runs_have_labelled_rows_and_success(run_dirs):
     markdown = markdown_report(load_runs(run_dirs))
     for row in ("experts/sparse", "experts/act"):
         assert success_cells(markdown, row) == ["1/1 (100%)"] * 6 + ["6/6 (100%)"]
-    random_all = success_cells(markdown, "random/act")[-1]
-    assert random_all.endswith("%)") and random_all != "6/6 (100%)"
-    assert "| random/act | random | 6 | – |" in markdown  # no wins: no steps to success
+    records = raw(run_dirs[1])
+    cells = [f"{sum(r['won'] for r in records if r['task_type'] == t.value)}/1" for t in TaskType]
+    wins = sum(r["won"] for r in records)
+    assert [c.split(" ")[0] for c in success_cells(markdown, "random/act")] == cells + [f"{wins}/6"]
 
 
 def test_single_run_rows_are_rhythms_and_mixed_policies_are_split(run_dirs, tmp_path):
@@ -65,16 +72,23 @@ def test_single_run_rows_are_rhythms_and_mixed_policies_are_split(run_dirs, tmp_
 def test_measures_from_records(run_dirs):
     groups = {g.name: g for g in summarize(load_runs(run_dirs))}
     sparse, act, random = groups["experts/sparse"], groups["experts/act"], groups["random/act"]
+    experts, randoms = raw(run_dirs[0]), raw(run_dirs[1])
+    sparse_records = [r for r in experts if r["rhythm"] == "sparse"]
+    thoughts = [sum(e["kind"] == "thought" for e in r["entries"]) for r in sparse_records]
     assert act.thought_density == 0 and act.thoughts_per_episode == 0
-    assert 0 < sparse.thought_density < 0.5 and sparse.thoughts_per_episode > 0
-    assert sparse.mean_steps_won > act.mean_steps_won > 0
-    assert random.mean_steps_won is None or random.wins["All"] > 0
-    losses = random.episodes - random.wins["All"]
-    assert losses > 0 and random.failures["budget"] == losses
+    assert sparse.thoughts_per_episode == pytest.approx(sum(thoughts) / 6) and sum(thoughts) >= 6
+    assert sparse.thought_density == pytest.approx(sum(n / len(r["entries"]) for n, r in zip(thoughts, sparse_records)) / 6)
+    assert sparse.mean_steps_won == pytest.approx(sum(len(r["entries"]) for r in sparse_records) / 6)
+    assert sparse.mean_steps_won > act.mean_steps_won
+    won = [len(r["entries"]) for r in randoms if r["won"]]
+    assert random.mean_steps_won == (sum(won) / len(won) if won else None)
+    assert random.failures["budget"] == sum(r["failure"] == "budget" for r in randoms) == 6 - len(won)
     assert sum(sparse.failures.values()) == 0
-    assert random.invalid_action_rate is not None and 0 <= random.invalid_action_rate <= 1
+    actions = [e for r in randoms for e in r["entries"] if e["kind"] == "action"]
+    assert random.invalid_action_rate == pytest.approx(
+        sum(e["observation"] == "Nothing happens." for e in actions) / len(actions))
     assert sparse.tokens_per_episode is None  # the expert counts no tokens
-    assert all(g.time_per_episode > 0 for g in groups.values())
+    assert act.time_per_episode == pytest.approx(sum(r["wall_time"] for r in experts if r["rhythm"] == "act") / 6)
 
 
 def test_write_report_files(run_dirs, tmp_path):

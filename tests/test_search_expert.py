@@ -12,7 +12,7 @@ from sparse_react.policies import make_policy
 from sparse_react.policies.search_order import main as rebuild_order, ranked_kinds, search_order
 from sparse_react.rhythms import RHYTHMS
 from sparse_react.tasks import TaskType
-from sparse_react.trajectory import Kind
+from sparse_react.lines import Kind
 
 
 def _assert_never_walks_to_hidden_objects(episode):

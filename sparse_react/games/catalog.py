@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from sparse_react.bundled import bundled_dir
-from sparse_react.games.files import GAME_FILE_NAMES, GameFileError
+from sparse_react.errors import UserError
+from sparse_react.games.files import GAME_FILE_NAMES, SPLITS, GameFileError
 from sparse_react.tasks import TaskSpec, TaskType, parse_task_folder
 
-BUNDLED_SPLITS = ("train", "valid_seen", "valid_unseen")
+BUNDLED_SPLITS = SPLITS
 ALFWORLD_PREFIX = "alfworld:"
 ALFWORLD_HINT = (
     "set ALFWORLD_DATA to the folder holding ALFWorld's json_2.1.1 (or to json_2.1.1 itself), "
@@ -20,7 +21,7 @@ ALFWORLD_HINT = (
 )
 
 
-class GameSetError(ValueError):
+class GameSetError(UserError, ValueError):
     """A game set that cannot be found or holds no games; the message names it."""
 
 

@@ -11,14 +11,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from sparse_react.errors import UserError
+
 ALFWORLD_GAME_FILE = "game.tw-pddl"
 COMPACT_GAME_FILE = "game.json"
 GAME_FILE_NAMES = (ALFWORLD_GAME_FILE, COMPACT_GAME_FILE)
 COMPACT_FORMAT = "sparse_react.game/1"
+SPLITS = ("train", "valid_seen", "valid_unseen")  # the splits of ALFWorld, of the bundled games and of generated ones
 TASK_PLACEHOLDER = "UNKNOWN GOAL"
 
 
-class GameFileError(ValueError):
+class GameFileError(UserError, ValueError):
     """A game file that is missing, unreadable or not a household game; the message names it."""
 
 
@@ -38,6 +41,16 @@ def grammar_for_task(task: str) -> str:
     return grammar.replace(TASK_PLACEHOLDER, task.rstrip("."))
 
 
+COMPACT_KEYS = ("task", "pddl_problem", "walkthrough")  # what a compact game holds besides its provenance
+
+
+def compact_game(task: str, pddl_problem: str, walkthrough: list[str], **provenance: Any) -> dict[str, Any]:
+    """A compact game as `load_game_data` reads it back: the task, the problem and a solution,
+    plus provenance fields (seed, split, generator version) that loading ignores."""
+    return {"format": COMPACT_FORMAT, **dict(zip(COMPACT_KEYS, (task, pddl_problem, list(walkthrough)))),
+            **provenance}
+
+
 def load_game_data(path: str | Path) -> dict[str, Any]:
     """Read a game file into the mapping textworld's PddlEnv loads.
 
@@ -54,7 +67,7 @@ def load_game_data(path: str | Path) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise GameFileError(f"{path} is not a game file: expected a JSON object")
     if raw.get("format") == COMPACT_FORMAT:
-        missing = [k for k in ("task", "pddl_problem", "walkthrough") if k not in raw]
+        missing = [k for k in COMPACT_KEYS if k not in raw]
         if missing:
             raise GameFileError(f"{path} is a compact game without {', '.join(missing)}")
         domain, _ = alfworld_logic()

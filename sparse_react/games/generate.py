@@ -26,11 +26,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sparse_react.games.files import COMPACT_FORMAT, COMPACT_GAME_FILE, GameFileError, alfworld_logic, grammar_for_task
-from sparse_react.tasks import TaskSpec, TaskType
+from sparse_react.engine import Engine
+from sparse_react.errors import UserError
+from sparse_react.games.files import COMPACT_GAME_FILE, SPLITS, compact_game, GameFileError, alfworld_logic, grammar_for_task
+from sparse_react.tasks import TRANSFORMS, TaskSpec, TaskType
 
 GENERATOR_VERSION = 1
-SPLITS = ("train", "valid_seen", "valid_unseen")
 MAX_ATTEMPTS = 25
 MAX_PLAN_STEPS = 25
 MIN_RECEPTACLES = 10
@@ -52,11 +53,7 @@ TASK_ROOM_KINDS: dict[TaskType, tuple[str, ...]] = {
     TaskType.COOL: ("kitchen",),
 }
 # The receptacle a state-changing task needs, and which a goal may then not name as its parent.
-TASK_APPLIANCE: dict[TaskType, str] = {
-    TaskType.CLEAN: "SinkBasin",
-    TaskType.HEAT: "Microwave",
-    TaskType.COOL: "Fridge",
-}
+TASK_APPLIANCE: dict[TaskType, str] = {task: t.appliance for task, t in TRANSFORMS.items()}
 # Parent receptacle types that ALFWorld's task folders use.
 GOAL_PARENTS = frozenset({
     "ArmChair", "Bed", "Cabinet", "Cart", "CoffeeMachine", "CoffeeTable", "CounterTop", "Desk",
@@ -82,6 +79,10 @@ EXPANDABLE = ("Drawer", "Cabinet", "Shelf", "SideTable", "CounterTop", "TowelHol
 HELD_OUT_FRACTION = 4  # one in this many rooms / combinations is held out for valid_unseen
 
 
+class GenerateError(UserError, ValueError):
+    """A split, seed, count or room the generator cannot make games for; the message names it."""
+
+
 class GenerationError(RuntimeError):
     """No solvable game could be made from a seed within MAX_ATTEMPTS tries."""
 
@@ -100,15 +101,8 @@ class GeneratedGame:
 
     def to_json(self) -> str:
         """The compact `game.json` text that `load_game_data` reads."""
-        payload = {
-            "format": COMPACT_FORMAT,
-            "task": self.task,
-            "pddl_problem": self.pddl_problem,
-            "walkthrough": list(self.walkthrough),
-            "seed": self.seed,
-            "split": self.split,
-            "generator": GENERATOR_VERSION,
-        }
+        payload = compact_game(self.task, self.pddl_problem, self.walkthrough, seed=self.seed, split=self.split,
+                               generator=GENERATOR_VERSION)
         return json.dumps(payload, indent=1) + "\n"
 
 
@@ -182,7 +176,7 @@ def room_kind(scene: int) -> str:
     for kind, scenes in ROOM_KINDS.items():
         if scene in scenes:
             return kind
-    raise ValueError(f"scene {scene} is not one of the 120 AI2-THOR rooms")
+    raise GenerateError(f"scene {scene} is not one of the 120 AI2-THOR rooms")
 
 
 def _layouts_dir() -> Path:
@@ -350,7 +344,7 @@ def split_combos(task_type: TaskType, split: str) -> tuple[tuple[str, str, tuple
 
 def _check_split(split: str) -> None:
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+        raise GenerateError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -496,8 +490,6 @@ def _engine() -> Any:
     """The process's shared Engine (creating one is slow)."""
     global _ENGINE
     if _ENGINE is None:
-        from sparse_react.engine import Engine
-
         _ENGINE = Engine()
     return _ENGINE
 
@@ -571,7 +563,7 @@ def generate_game(seed: int, task_type: TaskType | str, split: str = "train") ->
     task_type = task_type if isinstance(task_type, TaskType) else TaskType.parse(task_type)
     _check_split(split)
     if seed < 0:
-        raise ValueError(f"seed must be >= 0, got {seed}")
+        raise GenerateError(f"seed must be >= 0, got {seed}")
     for attempt in range(MAX_ATTEMPTS):
         rng = random.Random(_attempt_seed(seed, task_type, split, attempt))
         spec, task, problem, planning = _candidate(rng, task_type, split, seed)
@@ -593,7 +585,7 @@ def generate_games(
     """
     types = tuple(task_types) if task_types else tuple(TaskType)
     if count > SEEDS_PER_BATCH:
-        raise ValueError(f"count must be at most {SEEDS_PER_BATCH}, got {count}")
+        raise GenerateError(f"count must be at most {SEEDS_PER_BATCH}, got {count}")
     for index in range(count):
         yield generate_game(seed * SEEDS_PER_BATCH + index, types[index % len(types)], split)
 

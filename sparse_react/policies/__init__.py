@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sparse_react.policies.base import PolicyError
+from sparse_react.policies.expert import ExpertPolicy, SearchingExpertPolicy
+from sparse_react.policies.random_admissible import RandomPolicy
+from sparse_react.policies.scripted import ScriptedPolicy
+
 POLICY_NAMES = ("hf", "hf:base", "hf:MODEL", "expert", "search-expert", "random", "scripted:FILE")
 BASE_MODEL = "base"  # `--model base`: the untuned embedded SmolLM2-135M-Instruct
-
-
-class PolicyError(ValueError):
-    """An unknown policy name or an unusable policy file; the message names it."""
 
 
 def make_policy(spec: str, seed: int = 0, **model_settings):
@@ -18,19 +19,16 @@ def make_policy(spec: str, seed: int = 0, **model_settings):
     folder or .gguf file), `expert` (knows where everything is), `search-expert` (searches
     likely places first), `random` or `scripted:FILE` (one line per turn).
     `model_settings` go to HFPolicy (action_mode, device, dtype, temperature, ...)."""
-    from sparse_react.policies.expert import ExpertPolicy, SearchingExpertPolicy
-    from sparse_react.policies.random_admissible import RandomPolicy
-    from sparse_react.policies.scripted import ScriptedPolicy
-
-    if spec == "hf":
+    if spec.startswith("hf"):
+        # torch and transformers load only when a model policy is asked for: the others start in a blink
+        from sparse_react.policies.hf import HFPolicy
         from sparse_react.policies.shipped import ShippedPolicy
 
-        return ShippedPolicy(seed=seed, **model_settings)
-    if spec.startswith("hf:"):
-        from sparse_react.policies.hf import HFPolicy
-
-        model = spec[3:]
-        return HFPolicy(model=None if model == BASE_MODEL else model, seed=seed, **model_settings)
+        if spec == "hf":
+            return ShippedPolicy(seed=seed, **model_settings)
+        if spec.startswith("hf:"):
+            model = spec[3:]
+            return HFPolicy(model=None if model == BASE_MODEL else model, seed=seed, **model_settings)
     if spec == "expert":
         return ExpertPolicy()
     if spec == "search-expert":
@@ -40,3 +38,22 @@ def make_policy(spec: str, seed: int = 0, **model_settings):
     if spec.startswith("scripted:"):
         return ScriptedPolicy.from_file(Path(spec.split(":", 1)[1]))
     raise PolicyError(f"unknown policy {spec!r}; one of {', '.join(POLICY_NAMES)}")
+
+
+MODEL_SETTINGS = ("action_mode", "device", "dtype", "temperature", "shots", "window", "max_thought_tokens")
+
+
+def policy_from_spec(name: str, spec: dict, seed: int = 0):
+    """The policy a record was made with, rebuilt from its spec: a model from its path with the
+    same settings (dtype, device, sampling, ...), the shipped adapters with theirs, the random
+    policy with its seed; any other by its name."""
+    kind = spec.get("kind")
+    if kind == "shipped" and spec.get("rhythms"):
+        first = next(iter(spec["rhythms"].values()))
+        return make_policy("hf", first.get("seed", seed), **{k: first[k] for k in MODEL_SETTINGS if k in first})
+    if kind == "hf":
+        return make_policy(f"hf:{spec['model']}", spec.get("seed", seed),
+                           **{k: spec[k] for k in MODEL_SETTINGS if k in spec})
+    if kind == "random":
+        return RandomPolicy(spec.get("seed", seed))
+    return make_policy(name, seed)

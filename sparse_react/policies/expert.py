@@ -17,18 +17,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from sparse_react.engine import NOTHING_HAPPENS
+from sparse_react.agent import Context
+from sparse_react.lines import NOTHING_HAPPENS, THINK_PREFIX, Kind, thought_line
+from sparse_react.planner import Planner
+from sparse_react.policies.base import LinePolicy
 from sparse_react.policies.search_order import ranked_kinds, search_order
-from sparse_react.prompts import THINK
-from sparse_react.env import HouseholdEnv
-from sparse_react.tasks import TaskType
-from sparse_react.trajectory import Kind
+from sparse_react.rhythms import ExpertThoughts
+from sparse_react.tasks import TRANSFORMS, TaskType
 
-TRANSFORM = {TaskType.CLEAN: ("clean", "clean", "sinkbasin"), TaskType.HEAT: ("heat", "hot", "microwave"),
-             TaskType.COOL: ("cool", "cool", "fridge")}
-
-
-TRANSFORM_VERBS = ("clean", "heat", "cool")
+# (verb, state, appliance as the game text names it) per state-changing task
+TRANSFORM = {task: (t.verb, t.state, t.appliance.lower()) for task, t in TRANSFORMS.items()}
+TRANSFORM_VERBS = tuple(t.verb for t in TRANSFORMS.values())
 
 
 class ExpertError(RuntimeError):
@@ -44,39 +43,34 @@ class Progress:
     placed: int = 0
 
 
-class ExpertPolicy:
-    """The planner's commands, with thoughts where the context's rhythm asks for them."""
+class ExpertPolicy(LinePolicy):
+    """The planner's commands, with the thoughts the context's rhythm declares (`ExpertThoughts`)."""
 
     name = "expert"
-    last_mode = "expert"
 
-    def __init__(self) -> None:
-        self._env: HouseholdEnv | None = None
+    def __init__(self, planner: Planner | None = None) -> None:
+        super().__init__()
+        self.planner = planner or Planner()
+
+    def begin(self, context: Context) -> None:
+        self._context = context
         self._progress = Progress()
         self._phase = ""
         self._thought_for: str | None = None  # the action the last thought was about
-
-    def start(self, env: HouseholdEnv, context) -> None:
-        self._env = env
-        self._progress = Progress()
-        self._phase = ""
-        self._thought_for = None
-        spec = env.game.spec
+        spec = context.game.spec
         self._obj = spec.obj.lower()
         self._target = spec.parent.lower()
         self._task_type = spec.task_type
         self._receptacles = _receptacles_in(context.last_observation)
         self._places = ranked_kinds(self._obj, [r.rpartition(" ")[0] for r in self._receptacles])[:4]
 
-    def next_line(self, context, admissible: Sequence[str]) -> str:
-        if self._env is None:
-            raise RuntimeError("ExpertPolicy.start(env, context) must be called before next_line")
+    def next_line(self, context: Context, admissible: Sequence[str]) -> str:
         self._progress = _progress_of(context.turns)
         command = self.plan_next(admissible)
         thought = self._thought(context, command) if Kind.THOUGHT in context.allowed else None
         if thought and self._thought_for != command:
             self._thought_for = command
-            return THINK + thought
+            return thought_line(thought)
         if Kind.ACTION not in context.allowed:
             raise ExpertError(f"rhythm {context.rhythm.name!r} wants a thought the expert has none for")
         self._thought_for = None
@@ -84,8 +78,9 @@ class ExpertPolicy:
 
     def plan_next(self, admissible: Sequence[str]) -> str:
         """The first command of a winning plan from the current state."""
-        plan = self._env.expert_plan()
-        game = self._env.game.path if self._env.game else "?"
+        game = self._context.game
+        plan = self.planner.plan(game, self._context.actions)
+        game = game.path
         if not plan:
             raise ExpertError(f"the planner finds no way to win {game} from here")
         if plan[0] not in admissible:
@@ -93,15 +88,15 @@ class ExpertPolicy:
         return plan[0]
 
     # -- thoughts ---------------------------------------------------------------------------
-    def _thought(self, context, command: str) -> str | None:
+    def _thought(self, context: Context, command: str) -> str | None:
         phase = self._current_phase()
-        rhythm = context.rhythm.name
-        if rhythm == "im":
+        style = context.rhythm.expert_thoughts
+        if style is ExpertThoughts.GOAL_AND_SUBGOAL:
             return f"Goal: {self._decomposition()}. Current subgoal: {phase}."
         key = self._key_moment(context, phase)
-        if rhythm == "sparse":
+        if style is ExpertThoughts.KEY_MOMENTS:
             return key
-        if rhythm == "dense":
+        if style is ExpertThoughts.KEY_MOMENTS_ELSE_WHY:
             return key or self._why(command)
         return None
 
@@ -178,7 +173,7 @@ def _progress_of(turns: Sequence[tuple[str, str]]) -> Progress:
     p = Progress()
     for command, observation in turns:
         verb = command.split(" ", 1)[0]
-        if observation == NOTHING_HAPPENS or verb == "think:":
+        if observation == NOTHING_HAPPENS or verb == THINK_PREFIX:
             continue
         if verb == "take":
             p.holding = True
@@ -217,7 +212,7 @@ def _search_state(turns: Sequence[tuple[str, str]]) -> SearchState:
     s = SearchState()
     for command, observation in turns:
         verb, _, rest = command.partition(" ")
-        if observation == NOTHING_HAPPENS or verb == "think:":
+        if observation == NOTHING_HAPPENS or verb == THINK_PREFIX:
             continue
         if verb == "go":
             s.location = rest.removeprefix("to ")
@@ -250,13 +245,12 @@ class SearchingExpertPolicy(ExpertPolicy):
     """
 
     name = "search-expert"
-    last_mode = "search-expert"
 
-    def start(self, env: HouseholdEnv, context) -> None:
-        super().start(env, context)
+    def begin(self, context: Context) -> None:
+        super().begin(context)
         self._state = SearchState()
 
-    def next_line(self, context, admissible: Sequence[str]) -> str:
+    def next_line(self, context: Context, admissible: Sequence[str]) -> str:
         self._state = _search_state(context.turns)
         return super().next_line(context, admissible)
 

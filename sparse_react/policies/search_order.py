@@ -17,6 +17,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
+from sparse_react.games.catalog import GameSetError, find_games
+from sparse_react.games.files import load_game_data
+
 ORDER_FILE = Path(__file__).with_name("search_order.json")
 # Receptacles the problems name differently from the game text.
 ALIASES = {"sink": "sinkbasin", "bathtub": "bathtubbasin"}
@@ -25,8 +28,6 @@ _IN_RECEPTACLE = re.compile(r"\(inReceptacle (\w+?)_bar_\S+ (\w+?)_bar_\S+\)")
 
 def count_placements(game_files: Iterable[Path]) -> dict[str, dict[str, int]]:
     """object type -> receptacle type -> how many objects of that type start there."""
-    from sparse_react.games.files import load_game_data
-
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     for path in game_files:
         problem = load_game_data(path)["pddl_problem"]
@@ -79,8 +80,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("folders", nargs="+", type=Path, help="folders searched for game.tw-pddl / game.json files")
     parser.add_argument("--out", type=Path, default=ORDER_FILE)
     args = parser.parse_args(argv)
-    from sparse_react.games.catalog import GameSetError, find_games
-
     try:
         files = [game.path for folder in args.folders for game in find_games(folder)]
     except GameSetError as exc:

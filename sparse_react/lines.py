@@ -1,0 +1,35 @@
+"""What a line of an episode is: a thought (`think: ...`, answered `OK.`) or a command the game
+answers. The one place these literals live."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+THINK_PREFIX = "think:"
+THINK = THINK_PREFIX + " "
+THOUGHT_REPLY = "OK."
+NOTHING_HAPPENS = "Nothing happens."  # the game's answer to a command it does not accept
+
+
+class Kind(str, Enum):
+    THOUGHT = "thought"
+    ACTION = "action"
+
+
+def is_thought(line: str) -> bool:
+    """A ReAct language step: a line starting with `think:` (case-insensitive)."""
+    return line.lstrip().lower().startswith(THINK_PREFIX)
+
+
+def kind_of(line: str) -> Kind:
+    return Kind.THOUGHT if is_thought(line) else Kind.ACTION
+
+
+def thought_line(text: str) -> str:
+    """The line that writes the thought `text`."""
+    return THINK + text
+
+
+def thought_text(line: str) -> str:
+    """The thought a `think: ...` line writes (without its label)."""
+    return line.strip()[len(THINK_PREFIX):].strip()
