@@ -8,6 +8,7 @@ only sparse_react itself and needs no network."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -24,8 +25,13 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     root = tmp_path_factory.mktemp("wheel")
+    # pip builds in the source tree (build/, *.egg-info): two test workers building at once from the
+    # checkout collide, so each builds from its own copy of what is tracked.
+    source = root / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "build", "*.egg-info",
+                                                                 "__pycache__", ".pytest_cache"))
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-                            "-w", str(root / "dist"), str(REPO)], capture_output=True, text=True)
+                            "-w", str(root / "dist"), str(source)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = (root / "dist").glob("sparse_react-*.whl")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
@@ -36,16 +42,20 @@ def installed(tmp_path_factory):
     # a folder named by a .pth line is not run, so this environment's editable sparse_react stays out.
     Path(site, "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q",
-                              str(wheel)], capture_output=True, text=True)
+                              str(wheel)], capture_output=True, text=True, env=clean_env())
     assert install.returncode == 0, install.stderr[-3000:]
     work = root / "elsewhere"
     work.mkdir()
     return wheel, root / "venv" / "bin", work
 
 
+def clean_env() -> dict[str, str]:
+    """This environment without anything that points Python at the checkout."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SPARSE_REACT_") and k != "PYTHONPATH"}
+
+
 def run(bin_dir: Path, work: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARSE_REACT_") and k != "PYTHONPATH"}
-    return subprocess.run([str(bin_dir / args[0]), *args[1:]], cwd=work, env={**env, "HF_HUB_OFFLINE": "1"},
+    return subprocess.run([str(bin_dir / args[0]), *args[1:]], cwd=work, env={**clean_env(), "HF_HUB_OFFLINE": "1"},
                           capture_output=True, text=True, timeout=timeout)
 
 
