@@ -89,10 +89,13 @@ def open_run(run_dir: Path, settings: RunSettings) -> list[Episode]:
 
 
 def _differences(stored: dict, wanted: dict, path: str = "") -> list[tuple[str, object, object]]:
-    """(field, stored, wanted) for every field that differs, nested fields named `a.b`."""
+    """(field, stored, wanted) for every field that differs, nested fields named `a.b`; a model's
+    path is where it lies, not what it is (its weights' hash is), so a moved install may resume."""
     out = []
     for key in sorted(set(stored) | set(wanted)) if path else wanted:
         old, new = stored.get(key), wanted.get(key)
+        if key == "model" and path.startswith("policy_spec."):
+            continue
         if isinstance(old, dict) and isinstance(new, dict):
             out += _differences(old, new, f"{path}{key}.")
         elif old != new:

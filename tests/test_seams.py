@@ -170,6 +170,10 @@ def test_a_run_records_the_policy_spec_and_refuses_another_one(games, tiny, tmp_
     assert spec["model"] == str(tiny) and len(spec["weights_sha256"]) == 64 and spec["dtype"] == "float32"
     assert spec["device"] == "cpu" and spec["action_mode"] == "scored" and episode.policy_spec == spec
     assert {"torch", "transformers", "textworld"} <= set(stored["versions"]) and episode.versions == versions()
+    moved = {**spec, "model": "/elsewhere/tiny-chat"}  # the same weights elsewhere: resumes, nothing replayed
+    again = evaluate(games[:1], policy, "act", rules=rules, run_dir=run, progress=False,
+                     settings=RunSettings(**{**settings.__dict__, "policy_spec": moved}))
+    assert again[0].wall_time == episode.wall_time
     other = HFPolicy(model=tiny, device="cpu", dtype="bfloat16")
     with pytest.raises(RunFolderError, match=r"policy_spec\.dtype: 'float32' → 'bfloat16'"):
         evaluate(games[:1], other, "act", rules=rules, run_dir=run, progress=False,
