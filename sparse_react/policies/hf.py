@@ -493,6 +493,12 @@ class HFPolicy:
         self._think_ids = self._line_ids(" " + THINK_PREFIX)
         self._stops = {self.tokenizer.eos_token_id, *self._stop_ids()} - {None}
         self._streams: dict[int, _Stream] = {}
+        self._spec = {  # once: every episode record carries it
+            "kind": self.name, "model": self.loaded.source, "weights_sha256": weights_sha256(self.loaded.source),
+            **({"base_sha256": card["base_identity"]["sha256"]} if "base_identity" in card else {}),
+            "dtype": str(self.model.dtype).removeprefix("torch."), "device": str(self.device),
+            "action_mode": self.action_mode, "temperature": self.temperature, "seed": self.seed,
+            "shots": self.shots, "window": self.window, "chat": self.chat, "max_thought_tokens": self.max_thought_tokens}
 
     @property
     def invalid_rate(self) -> float:
@@ -501,13 +507,7 @@ class HFPolicy:
 
     def spec(self) -> dict:
         """The model (path and weights' hash) and every setting that changes what it writes."""
-        card = model_card(self.loaded.source)
-        return {"kind": self.name, "model": self.loaded.source, "weights_sha256": weights_sha256(self.loaded.source),
-                **({"base_sha256": card["base_identity"]["sha256"]} if "base_identity" in card else {}),
-                "dtype": str(self.model.dtype).removeprefix("torch."), "device": str(self.device),
-                "action_mode": self.action_mode, "temperature": self.temperature, "seed": self.seed,
-                "shots": self.shots, "window": self.window, "chat": self.chat,
-                "max_thought_tokens": self.max_thought_tokens}
+        return dict(self._spec)
 
     def start(self, context: Context) -> None:
         """A new episode: a fresh stream (cache) for it."""
