@@ -4,7 +4,7 @@ timed on the same work in one run.
 
 The work is fixed whatever a model would choose: `search-expert` episodes of bundled valid_unseen
 games are replayed line by line, and at each action turn the model encodes the new text and scores
-every admissible command after it (its KV cache kept across turns, as in play). The three models are
+picks among the admissible commands after it (its KV cache kept across turns, as in play). The three models are
 loaded and warmed up, then take turns episode by episode.
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_adapter.py [--rhythm sparse] [--games 6] [--threads 2]
@@ -51,6 +51,8 @@ def main() -> None:
     parser.add_argument("--rhythm", default="sparse")
     parser.add_argument("--games", type=int, default=6)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--action-mode", default="constrained", help="how every arm picks a command (the shipped "
+                        "adapters play constrained)")
     args = parser.parse_args()
 
     import torch
@@ -73,7 +75,7 @@ def main() -> None:
         started = time.perf_counter()
         loaded = load()
         loads[name] = time.perf_counter() - started
-        policies[name] = HFPolicy(loaded=loaded, shots=0)
+        policies[name] = HFPolicy(loaded=loaded, shots=0, action_mode=args.action_mode)
         replay(policies[name], episodes[:1])  # warm-up
     totals = {name: [0, 0.0] for name in arms}
     for episode in episodes:  # the arms take turns, episode by episode, so drift hits them alike
@@ -84,7 +86,7 @@ def main() -> None:
     results = {name: (loads[name], turns / seconds, str(policies[name].model.dtype).replace("torch.", ""))
                for name, (turns, seconds) in totals.items()}
     print(f"{len(episodes)} search-expert episodes of bundled valid_unseen replayed in the {args.rhythm} rhythm; "
-          f"each action turn scores every admissible command ({args.threads} threads)\n")
+          f"each action turn picks among the admissible commands ({args.action_mode}, {args.threads} threads)\n")
     print("| model | dtype | load (s) | turns/s | time per turn vs base |")
     print("|---|---|---|---|---|")
     base = results["base"][1]

@@ -28,6 +28,9 @@ POLICY_HELP = ("hf (the shipped trained agent of each rhythm: a LoRA adapter on 
                "expert, search-expert, random or scripted:FILE.")
 MODEL_HELP = ("base (the untuned embedded SmolLM2-135M-Instruct), or a local model folder, adapter folder or .gguf "
               "file (implies --policy hf).")
+ACTION_MODE_HELP = ("Model actions: scored (rank every admissible command), constrained (write one token by token "
+                    "within the admissible ones) or free (generate); default: the model card's (constrained for a "
+                    "model trained here), else scored.")
 DEFAULT_MODEL_BATCH = 16  # episodes decided together (benchmarks/bench_batch.py: 8 gave 1.95x one at a time)
 
 
@@ -157,7 +160,7 @@ def run(
     rhythm: str = typer.Option("sparse", help="sparse, dense, im or act."),
     policy: str = typer.Option("hf", help=POLICY_HELP),
     model: Optional[str] = typer.Option(None, help=MODEL_HELP),
-    action_mode: str = typer.Option("scored", help="Model actions: scored (rank admissible) or free (generate)."),
+    action_mode: Optional[str] = typer.Option(None, help=ACTION_MODE_HELP),
     shots: Optional[int] = typer.Option(None, help="Model prompt examples: 2 or 0 (default: 2, or 0 for a model fine-tuned here)."),
     window: int = typer.Option(0, min=0, help="Model context: only the last N turns (0: the whole episode)."),
     device: str = typer.Option("auto", help="Model device: auto, cpu, cuda, ..."),
@@ -190,7 +193,7 @@ def run(
         typer.echo(f"error: {episode.error}", err=True)
 
 
-def _policy(policy: str, model: Optional[str], seed: int, action_mode: str = "scored", device: str = "auto",
+def _policy(policy: str, model: Optional[str], seed: int, action_mode: Optional[str] = None, device: str = "auto",
             shots: Optional[int] = None, window: int = 0, rhythms: Sequence[str] = ()):
     """The policy, with every model it will play `rhythms` with loaded now (a bad model fails here, not mid-run)."""
     from sparse_react.policies import make_policy
@@ -249,7 +252,7 @@ def eval_(
     games: str = typer.Option("valid_unseen", help="Game set: bundled split, alfworld:<split>, folder or file."),
     policy: str = typer.Option("hf", help=POLICY_HELP),
     model: Optional[str] = typer.Option(None, help=MODEL_HELP),
-    action_mode: str = typer.Option("scored", help="Model actions: scored or free."),
+    action_mode: Optional[str] = typer.Option(None, help=ACTION_MODE_HELP),
     shots: Optional[int] = typer.Option(None, help="Model prompt examples: 2 or 0 (default: 2, or 0 for a model fine-tuned here)."),
     window: int = typer.Option(0, min=0, help="Model context: only the last N turns (0: the whole episode)."),
     rhythms: str = typer.Option("sparse", "--rhythms", "--rhythm", help="Comma-separated: sparse,dense,im,act."),

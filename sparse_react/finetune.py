@@ -41,6 +41,7 @@ from sparse_react.policies.hf import (
 from sparse_react.transcript import render, render_head
 
 THOUGHT_MARGIN = 16  # tokens a fine-tuned model may write beyond its longest training thought
+ACTION_MODE = "constrained"  # how a model trained here plays unless told otherwise: it learned these exact lines
 
 
 class FinetuneError(UserError, ValueError):
@@ -167,7 +168,7 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
         raise
     losses = [[h["step"], round(h["loss"], 4)] for h in trainer.state.log_history if "loss" in h]
     data = Path(settings.data).read_bytes()
-    card = {"format": MODEL_FORMAT, "rhythm": examples[0].get("rhythm"), "shots": 0,
+    card = {"format": MODEL_FORMAT, "rhythm": examples[0].get("rhythm"), "shots": 0, "action_mode": ACTION_MODE,
             "kind": "lora" if settings.lora_rank else "full", "base": loaded.source,
             **({"base_identity": base_identity(loaded.source, settings.base)} if settings.lora_rank else {}),
             "data": str(settings.data), "data_sha256": hashlib.sha256(data).hexdigest(), "data_bytes": len(data),

@@ -95,8 +95,42 @@ def test_free_mode_sends_normalised_text_and_counts_invalid_commands(env, bundle
     assert all(e.text and e.text == normalise_action(e.text) for e in episode.entries)
 
 
+def test_constrained_mode_writes_an_admissible_line_token_by_token(env, bundled_unseen, tiny):
+    """Checked against the plain model on the whole text: wherever more than one admissible line
+    (or `think:`) still fits what was written, the next token written is the likeliest of them."""
+    _, loaded = tiny
+    policy = HFPolicy(loaded=loaded, action_mode="constrained", max_thought_tokens=4)
+    asked = []
+    decide = policy.decide
+
+    def recording(requests):
+        for context, admissible in requests:
+            text = policy._render(policy._streams[id(context)], context)
+            asked.append((policy._encode(text), list(admissible), Kind.THOUGHT in context.allowed))
+        return decide(requests)
+
+    policy.decide = recording
+    episode = run_episode(env, policy, bundled_unseen[0], "sparse", rules=LoopRules(max_steps=8, loop_repeats=0))
+    assert episode.error is None and len(episode.entries) == len(asked) == 8
+    checked = 0
+    for entry, (ids, admissible, may_think) in zip(episode.entries, asked):
+        lines = [policy._line_ids(f" {c}\n") for c in admissible] + ([policy._think_ids] if may_think else [])
+        thought = entry.kind is Kind.THOUGHT
+        assert entry.mode == ("think" if thought else "constrained") and (thought or entry.text in admissible)
+        written = policy._think_ids if thought else policy._line_ids(f" {entry.text}\n")
+        for k in range(len(written)):
+            fitting = [line for line in lines if line[:k] == written[:k]]
+            if len(fitting) < 2:
+                break
+            with torch.no_grad():
+                logits = loaded.model(torch.tensor([ids + written[:k]])).logits[0, -1]
+            assert written[k] == max({line[k] for line in fitting}, key=lambda t: float(logits[t]))
+            checked += 1
+    assert checked >= 8
+
+
 @pytest.mark.filterwarnings("error:a batched decision failed")  # no silent fallback to one at a time
-@pytest.mark.parametrize("action_mode, shots", [("scored", 2), ("free", 2), ("scored", 0)])
+@pytest.mark.parametrize("action_mode, shots", [("scored", 2), ("free", 2), ("scored", 0), ("constrained", 2)])
 def test_batched_decisions_match_one_episode_at_a_time(bundled_unseen, tiny, action_mode, shots):
     from sparse_react.evaluate import evaluate
 

@@ -1,0 +1,58 @@
+"""How a model picks its command, and what that costs: the same model plays the same bundled games in
+each action mode in one run, and the table gives wins, turns a second and tokens encoded per turn.
+
+`scored` ranks every admissible command by its length-normalised log-likelihood (one pass over the
+tree of all candidates); `constrained` writes the command token by token, choosing only among tokens
+that continue an admissible command (a few one-token passes). Whole episodes with the 50-step budget,
+16 decided together, as `sparse-react eval` plays them.
+
+    HF_HUB_OFFLINE=1 python benchmarks/bench_action_modes.py [--model DIR] [--rhythm sparse] [--limit 24]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="model or adapter folder (default: the shipped adapter of --rhythm)")
+    parser.add_argument("--rhythm", default="sparse")
+    parser.add_argument("--games", default="valid_unseen")
+    parser.add_argument("--limit", type=int, default=24, help="games, spread evenly over the set")
+    parser.add_argument("--modes", default="scored,constrained")
+    parser.add_argument("--batch", type=int, default=16)
+    args = parser.parse_args()
+
+    from sparse_react.evaluate import evaluate
+    from sparse_react.games.catalog import find_games
+    from sparse_react.policies.hf import HFPolicy, load_model
+    from sparse_react.policies.shipped import shipped_adapter
+
+    every = find_games(args.games)
+    games = every[:: max(1, len(every) // args.limit)][: args.limit]
+    loaded = load_model(args.model or shipped_adapter(args.rhythm), "cpu")
+    rows = []
+    for mode in args.modes.split(","):
+        policy = HFPolicy(loaded=loaded, action_mode=mode)
+        started = time.perf_counter()
+        episodes = evaluate(games, policy, args.rhythm, progress=False, batch=args.batch)
+        seconds = time.perf_counter() - started
+        turns = sum(len(e.entries) for e in episodes)
+        rows.append((mode, sum(e.won for e in episodes), len(episodes), turns, seconds,
+                     policy.stats["tokens_encoded"] / max(1, turns), sum(e.error is not None for e in episodes)))
+    print(f"{loaded.source}, {args.rhythm} rhythm, {len(games)} games of {args.games}, batch {args.batch}\n")
+    print("| action mode | won | turns | seconds | turns/s | tokens encoded per turn | errors | time per turn vs first |")
+    print("|---|---|---|---|---|---|---|---|")
+    first = rows[0][4] / max(1, rows[0][3])
+    for mode, won, n, turns, seconds, tokens, errors in rows:
+        print(f"| {mode} | {won}/{n} | {turns} | {seconds:.0f} | {turns / seconds:.2f} | {tokens:.0f} | {errors} | "
+              f"{seconds / max(1, turns) / first:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
