@@ -3,8 +3,9 @@ each action mode in one run, and the table gives wins, turns a second and tokens
 
 `scored` ranks every admissible command by its length-normalised log-likelihood (one pass over the
 tree of all candidates); `constrained` writes the command token by token, choosing only among tokens
-that continue an admissible command (a few one-token passes). Whole episodes with the 50-step budget,
-16 decided together, as `sparse-react eval` plays them.
+that continue an admissible command (a few one-token passes). An arm `MODE:nodrafts` writes each
+thought one token per pass instead of checking drafted tokens (the same text either way). Whole
+episodes with the 50-step budget, 16 decided together, as `sparse-react eval` plays them.
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_action_modes.py [--model DIR] [--rhythm sparse] [--limit 24]
 """
@@ -24,7 +25,7 @@ def main() -> None:
     parser.add_argument("--rhythm", default="sparse")
     parser.add_argument("--games", default="valid_unseen")
     parser.add_argument("--limit", type=int, default=24, help="games, spread evenly over the set")
-    parser.add_argument("--modes", default="scored,constrained")
+    parser.add_argument("--arms", default="scored,constrained:nodrafts,constrained")
     parser.add_argument("--batch", type=int, default=16)
     args = parser.parse_args()
 
@@ -37,21 +38,24 @@ def main() -> None:
     games = every[:: max(1, len(every) // args.limit)][: args.limit]
     loaded = load_model(args.model or shipped_adapter(args.rhythm), "cpu")
     rows = []
-    for mode in args.modes.split(","):
-        policy = HFPolicy(loaded=loaded, action_mode=mode)
+    for arm in args.arms.split(","):
+        mode, _, option = arm.partition(":")
+        policy = HFPolicy(loaded=loaded, action_mode=mode, drafts=option != "nodrafts")
         started = time.perf_counter()
         episodes = evaluate(games, policy, args.rhythm, progress=False, batch=args.batch)
         seconds = time.perf_counter() - started
         turns = sum(len(e.entries) for e in episodes)
-        rows.append((mode, sum(e.won for e in episodes), len(episodes), turns, seconds,
-                     policy.stats["tokens_encoded"] / max(1, turns), sum(e.error is not None for e in episodes)))
+        rows.append((arm, sum(e.won for e in episodes), len(episodes), turns, seconds,
+                     policy.stats["tokens_encoded"] / max(1, turns), policy.stats["forward_calls"] / max(1, turns),
+                     sum(e.error is not None for e in episodes)))
     print(f"{loaded.source}, {args.rhythm} rhythm, {len(games)} games of {args.games}, batch {args.batch}\n")
-    print("| action mode | won | turns | seconds | turns/s | tokens encoded per turn | errors | time per turn vs first |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| arm | won | turns | seconds | turns/s | tokens encoded per turn | passes per turn | errors | "
+          "time per turn vs first |")
+    print("|---|---|---|---|---|---|---|---|---|")
     first = rows[0][4] / max(1, rows[0][3])
-    for mode, won, n, turns, seconds, tokens, errors in rows:
-        print(f"| {mode} | {won}/{n} | {turns} | {seconds:.0f} | {turns / seconds:.2f} | {tokens:.0f} | {errors} | "
-              f"{seconds / max(1, turns) / first:.2f}x |")
+    for arm, won, n, turns, seconds, tokens, passes, errors in rows:
+        print(f"| {arm} | {won}/{n} | {turns} | {seconds:.0f} | {turns / seconds:.2f} | {tokens:.0f} | {passes:.2f} | "
+              f"{errors} | {seconds / max(1, turns) / first:.2f}x |")
 
 
 if __name__ == "__main__":

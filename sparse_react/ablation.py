@@ -199,7 +199,8 @@ def adapter_readme(card: dict) -> str:
         f"# The shipped {card['rhythm']} agent",
         f"A LoRA adapter (rank {settings['lora_rank']}, alpha {settings['lora_alpha'] or 2 * settings['lora_rank']}, "
         f"modules: {settings['lora_targets']}) on {base['file']} from {base.get('package', '')} "
-        f"{base.get('version', '')} (sha256 `{base['sha256']}`), played zero-shot in the {card['rhythm']} rhythm. "
+        f"{base.get('version', '')} (sha256 `{base['sha256']}`), played zero-shot in the {card['rhythm']} rhythm, "
+        f"choosing its commands in the `{card.get('action_mode', 'scored')}` action mode. "
         f"`sparse-react eval --rhythms {card['rhythm']}` plays it; it is merged into the base at load.",
         "## Results (success is the game's `won`)",
         markdown_table(["set", *COLUMNS], rows),

@@ -84,6 +84,21 @@ def test_dense_rhythm_alternates_and_thoughts_never_hang(env, bundled_unseen, ti
     assert policy.stats["tokens_generated"] <= 3 * 3
 
 
+def test_drafted_thoughts_are_the_thoughts_written_token_by_token(env, bundled_unseen, tiny):
+    _, loaded = tiny
+    played = {}
+    for drafts in (False, True):
+        policy = HFPolicy(loaded=loaded, max_thought_tokens=24, drafts=drafts)
+        episodes = [_play(env, game, policy, "dense", steps=10) for game in bundled_unseen[:2]]
+        played[drafts] = ([[(e.kind, e.text, e.tokens) for e in ep.entries] for ep in episodes], dict(policy.stats))
+    assert played[True][0] == played[False][0]
+    accepted = played[True][1].pop("draft_tokens_accepted")
+    assert played[False][1].pop("draft_tokens_accepted") == 0 and accepted > 0
+    # each accepted token saves a pass, but a line whose drafted last token ends it had no pass to save
+    assert played[True][1]["forward_calls"] < played[False][1]["forward_calls"] <= played[True][1]["forward_calls"] + accepted
+    assert played[True][1]["tokens_generated"] == played[False][1]["tokens_generated"]
+
+
 def test_free_mode_sends_normalised_text_and_counts_invalid_commands(env, bundled_unseen, tiny):
     _, loaded = tiny
     policy = HFPolicy(loaded=loaded, action_mode="free", temperature=0.7, seed=1)
