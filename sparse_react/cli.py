@@ -29,8 +29,7 @@ POLICY_HELP = ("hf (the shipped trained agent of each rhythm: a LoRA adapter on 
 MODEL_HELP = ("base (the untuned embedded SmolLM2-135M-Instruct), or a local model folder, adapter folder or .gguf "
               "file (implies --policy hf).")
 ACTION_MODE_HELP = ("Model actions: scored (rank every admissible command), constrained (write one token by token "
-                    "within the admissible ones) or free (generate); default: the model card's (constrained for a "
-                    "model trained here), else scored.")
+                    "within the admissible ones) or free (generate); default: the model card's, else scored.")
 DEFAULT_MODEL_BATCH = 16  # episodes decided together (benchmarks/bench_batch.py: 8 gave 1.95x one at a time)
 
 

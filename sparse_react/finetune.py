@@ -41,7 +41,7 @@ from sparse_react.policies.hf import (
 from sparse_react.transcript import render, render_head
 
 THOUGHT_MARGIN = 16  # tokens a fine-tuned model may write beyond its longest training thought
-ACTION_MODE = "constrained"  # how a model trained here plays unless told otherwise: it learned these exact lines
+ACTION_MODE = "scored"  # how a model trained here plays unless told otherwise (benchmarks/bench_action_modes.py)
 
 
 class FinetuneError(UserError, ValueError):

@@ -123,9 +123,6 @@ def test_a_rhythm_without_a_shipped_adapter_is_named():
 
 @needs_shipped
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 14's bar, not met yet: the shipped sparse adapter (120 LoRA steps, "
-                   "71/120 bundled valid_unseen games) wins 3 of these 6 (Pick, Clean, Look); drop this mark when "
-                   "a retrained adapter wins 4")
 def test_the_shipped_sparse_agent_wins_unseen_games(bundled_unseen):
     games = [next(g for g in bundled_unseen if g.task_type is t) for t in TaskType]
     episodes = evaluate(games, make_policy("hf"), "sparse", progress=False, batch=6)

@@ -12,13 +12,14 @@ tokenisers split `"> go to desk 1"`.
 Each turn, by action mode:
 - `scored`: every admissible command (and ` think:` when the rhythm allows a thought) gets its
   length-normalised log-likelihood, in one forward pass over the shared cached prefix with a tree
-  attention mask; the best one wins. Made for untuned models, whose raw likelihoods favour short lines.
+  attention mask; the best one wins.
 - `constrained`: the model writes the line token by token, each token chosen among those that
-  continue an admissible command or ` think:`, until one command is left. A handful of one-token
-  passes instead of the whole tree: several times faster, and the model's own first-token choice
-  decides between thinking and acting. Made for models fine-tuned here (their cards ask for it).
+  continue an admissible command or ` think:`, until one command is left, so its own first-token
+  choice decides between thinking and acting. Fewer tokens than `scored` but more passes
+  (benchmarks/bench_action_modes.py).
 - `free`: the command is generated freely and normalised (the think-or-act choice as in `scored`).
-A thought is generated greedily to the end of its line (capped). `decide` does all of this for
+A thought is generated greedily to the end of its line (capped), several tokens a pass where a
+draft from the policy's earlier lines holds (`_draft`). `decide` does all of this for
 several live episodes at once, in shared batched forward passes.
 """
 
@@ -462,7 +463,7 @@ class HFPolicy:
     """A local causal LM that writes one line per turn (see the module docstring for how).
 
     `action_mode` is `scored`, `constrained` or `free` (None: what the model's card asks for,
-    `constrained` for a model fine-tuned here, else `scored`). `shots=0` drops the prompt's
+    else `scored`). `shots=0` drops the prompt's
     examples (the default for a model fine-tuned here, whose folder says so); `window > 0` shows only the last `window` turns of a long episode (the whole
     history otherwise). `decide` decides for several live episodes at once: their new tokens, candidates and
     thoughts go through shared batched forward passes. `stats` counts tokens_encoded,
