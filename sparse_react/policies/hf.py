@@ -463,9 +463,9 @@ class HFPolicy:
     """A local causal LM that writes one line per turn (see the module docstring for how).
 
     `action_mode` is `scored`, `constrained` or `free` (None: what the model's card asks for,
-    else `scored`). `shots=0` drops the prompt's
-    examples (the default for a model fine-tuned here, whose folder says so); `window > 0` shows only the last `window` turns of a long episode (the whole
-    history otherwise). `decide` decides for several live episodes at once: their new tokens, candidates and
+    else `scored`). `shots=0` drops the prompt's examples (the default for a model fine-tuned
+    here, whose folder says so); `window > 0` shows only the last `window` turns of a long
+    episode (the whole history otherwise). `decide` decides for several live episodes at once: their new tokens, candidates and
     thoughts go through shared batched forward passes. `stats` counts tokens_encoded,
     tokens_generated, full_reencodes, forward_calls and draft_tokens_accepted; `reuse_cache=False`
     recomputes everything each turn (the naive loop, for comparison). `drafts` (greedy decoding
@@ -560,7 +560,7 @@ class HFPolicy:
             allowed = context.allowed
             if Kind.ACTION not in allowed:
                 thinkers.append(row)
-            elif self.action_mode == "scored" or self.action_mode == "constrained" or Kind.THOUGHT in allowed:
+            elif self.action_mode != "free" or Kind.THOUGHT in allowed:
                 lines_ids = [self._line_ids(f" {c}\n") for c in admissible]
                 lines_ids += [self._think_ids] if Kind.THOUGHT in allowed else []
                 (walked if self.action_mode == "constrained" else scored)[row] = lines_ids
