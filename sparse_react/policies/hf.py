@@ -750,16 +750,18 @@ class HFPolicy:
             start = batch.cache.get_seq_length()
             logits = batch.forward(step, count=False)
             for row, fed in step.items():
+                after = torch.log_softmax(logits[row, :len(fed)].float(), dim=-1)  # after each token fed
+                greedy = after.argmax(dim=-1).tolist()
                 used = 1  # positions whose next-token guess is taken: the sampled token's, then each draft token's
                 for guess in drafts[row]:  # a draft token counts only where greedy decoding would have written it
-                    if int(torch.argmax(torch.log_softmax(logits[row, used - 1].float(), dim=-1))) != guess:
+                    if greedy[used - 1] != guess:
                         break
                     used += 1
                     self.stats["draft_tokens_accepted"] += 1
                     if not self._extend(out[row], guess, limits[row]):
                         live.discard(row)
                         break
-                logprobs[row] = torch.log_softmax(logits[row, used - 1].float(), dim=-1)
+                logprobs[row] = after[used - 1]
                 if used < len(fed):  # rejected draft tokens: hidden from this row from now on
                     batch.valid[row, start + used:start + len(fed)] = False
                     batch.pos[row] -= len(fed) - used
