@@ -51,8 +51,8 @@ def main() -> None:
     parser.add_argument("--rhythm", default="sparse")
     parser.add_argument("--games", type=int, default=6)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--action-mode", default="constrained", help="how every arm picks a command (the shipped "
-                        "adapters play constrained)")
+    parser.add_argument("--action-mode", default="scored", help="how every arm picks a command (the shipped "
+                        "adapters play scored)")
     args = parser.parse_args()
 
     import torch

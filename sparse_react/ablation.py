@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from sparse_react.bundled import ADAPTERS_DIR
-from sparse_react.cards import ADAPTER_CONFIG, ADAPTER_WEIGHTS, MODEL_CARD, ModelError
+from sparse_react.cards import ADAPTER_CONFIG, ADAPTER_WEIGHTS, DEFAULT_ACTION_MODE, MODEL_CARD, ModelError
 from sparse_react.evaluate import SETTINGS_FILE
 from sparse_react.report import (
     COLUMNS, DASH, GroupStats, format_number, group_stats, load_runs, markdown_table, success_rows)
@@ -200,7 +200,7 @@ def adapter_readme(card: dict) -> str:
         f"A LoRA adapter (rank {settings['lora_rank']}, alpha {settings['lora_alpha'] or 2 * settings['lora_rank']}, "
         f"modules: {settings['lora_targets']}) on {base['file']} from {base.get('package', '')} "
         f"{base.get('version', '')} (sha256 `{base['sha256']}`), played zero-shot in the {card['rhythm']} rhythm, "
-        f"choosing its commands in the `{card.get('action_mode', 'scored')}` action mode. "
+        f"choosing its commands in the `{card.get('action_mode', DEFAULT_ACTION_MODE)}` action mode. "
         f"`sparse-react eval --rhythms {card['rhythm']}` plays it; it is merged into the base at load.",
         "## Results (success is the game's `won`)",
         markdown_table(["set", *COLUMNS], rows),

@@ -11,6 +11,7 @@ from sparse_react.errors import UserError
 MODEL_CARD = "sparse_react.json"
 MODEL_FORMAT = "sparse_react.model/1"
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"  # peft's file names
+DEFAULT_ACTION_MODE = "scored"  # how a model plays unless its card names another (benchmarks/bench_action_modes.py)
 
 
 class ModelError(UserError, ValueError):

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 import torch
 
-from sparse_react.cards import MODEL_CARD, MODEL_FORMAT, ModelError
+from sparse_react.cards import DEFAULT_ACTION_MODE, MODEL_CARD, MODEL_FORMAT, ModelError
 from sparse_react.errors import UserError
 from sparse_react.lines import is_thought
 from sparse_react.policies.hf import (
@@ -41,7 +41,6 @@ from sparse_react.policies.hf import (
 from sparse_react.transcript import render, render_head
 
 THOUGHT_MARGIN = 16  # tokens a fine-tuned model may write beyond its longest training thought
-ACTION_MODE = "scored"  # how a model trained here plays unless told otherwise (benchmarks/bench_action_modes.py)
 
 
 class FinetuneError(UserError, ValueError):
@@ -168,7 +167,7 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
         raise
     losses = [[h["step"], round(h["loss"], 4)] for h in trainer.state.log_history if "loss" in h]
     data = Path(settings.data).read_bytes()
-    card = {"format": MODEL_FORMAT, "rhythm": examples[0].get("rhythm"), "shots": 0, "action_mode": ACTION_MODE,
+    card = {"format": MODEL_FORMAT, "rhythm": examples[0].get("rhythm"), "shots": 0, "action_mode": DEFAULT_ACTION_MODE,
             "kind": "lora" if settings.lora_rank else "full", "base": loaded.source,
             **({"base_identity": base_identity(loaded.source, settings.base)} if settings.lora_rank else {}),
             "data": str(settings.data), "data_sha256": hashlib.sha256(data).hexdigest(), "data_bytes": len(data),

@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import torch
 
 from sparse_react.agent import Context, Decision, Request
-from sparse_react.cards import ADAPTER_CONFIG, ADAPTER_WEIGHTS, MODEL_CARD, ModelError, model_card
+from sparse_react.cards import ADAPTER_CONFIG, ADAPTER_WEIGHTS, DEFAULT_ACTION_MODE, MODEL_CARD, ModelError, model_card
 from sparse_react.lines import THINK_PREFIX, Kind, is_thought, thought_line
 from sparse_react.transcript import render, render_head
 
@@ -488,7 +488,7 @@ class HFPolicy:
         self.loaded = loaded or load_model(model, device, dtype, trust_remote_code)
         self.tokenizer, self.model, self.device = self.loaded.tokenizer, self.loaded.model, self.loaded.device
         card = model_card(self.loaded.source)
-        self.action_mode = action_mode or card.get("action_mode", "scored")
+        self.action_mode = action_mode or card.get("action_mode", DEFAULT_ACTION_MODE)
         self.temperature, self.seed = temperature, seed
         self.reuse_cache = reuse_cache
         self._cache_kwarg = _cache_argument(self.model)
