@@ -4,7 +4,10 @@ each action mode in one run, and the table gives wins, turns a second and tokens
 `scored` ranks every admissible command by its length-normalised log-likelihood (one pass over the
 tree of all candidates); `constrained` writes the command token by token, choosing only among tokens
 that continue an admissible command (a few one-token passes). An arm `MODE:nodrafts` writes each
-thought one token per pass instead of checking drafted tokens (the same text either way). Whole
+thought one token per pass instead of checking drafted tokens (the same text either way); `MODE:stock`
+attends with transformers' own SDPA attention, which copies the key/value cache once per query head
+(`sparse_react.policies.attention`; the same numbers either way). Options combine (`scored:stock:nodrafts`).
+The last column says whether an arm wrote the same lines as the first arm of its mode. Whole
 episodes with the 50-step budget, 16 decided together, as `sparse-react eval` plays them.
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_action_modes.py [--model DIR] [--rhythm sparse] [--limit 24]
@@ -31,31 +34,35 @@ def main() -> None:
 
     from sparse_react.evaluate import evaluate
     from sparse_react.games.catalog import find_games
+    from sparse_react.policies.attention import GROUPED_SDPA
     from sparse_react.policies.hf import HFPolicy, load_model
     from sparse_react.policies.shipped import shipped_adapter
 
     every = find_games(args.games)
     games = every[:: max(1, len(every) // args.limit)][: args.limit]
     loaded = load_model(args.model or shipped_adapter(args.rhythm), "cpu")
-    rows = []
+    rows, first_lines = [], {}
     for arm in args.arms.split(","):
-        mode, _, option = arm.partition(":")
-        policy = HFPolicy(loaded=loaded, action_mode=mode, drafts=option != "nodrafts")
+        mode, *options = arm.split(":")
+        policy = HFPolicy(loaded=loaded, action_mode=mode, drafts="nodrafts" not in options)
+        loaded.model.set_attn_implementation("sdpa" if "stock" in options else GROUPED_SDPA)
         started = time.perf_counter()
         episodes = evaluate(games, policy, args.rhythm, progress=False, batch=args.batch)
         seconds = time.perf_counter() - started
         turns = sum(len(e.entries) for e in episodes)
+        lines = [[(x.kind, x.text) for x in e.entries] for e in episodes]
+        same = "yes" if first_lines.setdefault(mode, lines) == lines else "no"
         rows.append((arm, sum(e.won for e in episodes), len(episodes), turns, seconds,
                      policy.stats["tokens_encoded"] / max(1, turns), policy.stats["forward_calls"] / max(1, turns),
-                     sum(e.error is not None for e in episodes)))
+                     sum(e.error is not None for e in episodes), same))
     print(f"{loaded.source}, {args.rhythm} rhythm, {len(games)} games of {args.games}, batch {args.batch}\n")
     print("| arm | won | turns | seconds | turns/s | tokens encoded per turn | passes per turn | errors | "
-          "time per turn vs first |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "time per turn vs first | same lines |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     first = rows[0][4] / max(1, rows[0][3])
-    for arm, won, n, turns, seconds, tokens, passes, errors in rows:
+    for arm, won, n, turns, seconds, tokens, passes, errors, same in rows:
         print(f"| {arm} | {won}/{n} | {turns} | {seconds:.0f} | {turns / seconds:.2f} | {tokens:.0f} | {passes:.2f} | "
-              f"{errors} | {seconds / max(1, turns) / first:.2f}x |")
+              f"{errors} | {seconds / max(1, turns) / first:.2f}x | {same} |")
 
 
 if __name__ == "__main__":

@@ -92,14 +92,28 @@ def _decisions(loaded, env, game, rhythm, steps):
     return [(e.kind, e.text) for e in episode.entries]
 
 
-@needs_shipped
-def test_merged_and_unmerged_shipped_adapter_decide_alike(bundled_unseen):
+def test_merged_and_unmerged_adapter_decide_alike(tiny_adapter, bundled_unseen):
+    folder, _ = tiny_adapter
     env = HouseholdEnv(bundled_unseen)
-    merged = load_model(shipped_adapter("sparse"), device="cpu", dtype="float32")
-    unmerged = load_model(shipped_adapter("sparse"), device="cpu", dtype="float32", merge=False)
+    merged = load_model(folder / "adapter", device="cpu", dtype="float32")
+    unmerged = load_model(folder / "adapter", device="cpu", dtype="float32", merge=False)
     assert type(unmerged.model).__name__.startswith("PeftModel")  # peft's LoRA layers, unmerged
     for game in (bundled_unseen[0], bundled_unseen[40]):
         assert _decisions(merged, env, game, "sparse", 6) == _decisions(unmerged, env, game, "sparse", 6)
+
+
+@needs_shipped
+def test_the_shipped_adapter_merged_predicts_what_it_predicts_unmerged(bundled_unseen):
+    merged = load_model(shipped_adapter("sparse"), device="cpu", dtype="float32")
+    unmerged = load_model(shipped_adapter("sparse"), device="cpu", dtype="float32", merge=False)
+    base = load_model(None, device="cpu", dtype="float32")
+    observation = HouseholdEnv(bundled_unseen).reset(options={"game": bundled_unseen[0]})[0]
+    ids = merged.tokenizer(observation + "\n> go to desk 1\nOn the desk 1, you see nothing.\n>", return_tensors="pt")
+    with torch.no_grad():
+        logprobs = [m.model(**ids).logits[0].log_softmax(-1) for m in (merged, unmerged, base)]
+    assert torch.allclose(logprobs[0], logprobs[1], atol=2e-3)
+    assert torch.equal(logprobs[0].argmax(-1), logprobs[1].argmax(-1))
+    assert (logprobs[0] - logprobs[2]).abs().max() > 0.5  # the adapter changed what the model predicts
 
 
 @pytest.mark.parametrize("rhythm", SHIPPED or ["sparse"])
@@ -109,8 +123,9 @@ def test_each_shipped_adapter_plays_its_rhythm(rhythm, bundled_unseen):
     policy = make_policy("hf", device="cpu")
     assert isinstance(policy, ShippedPolicy)
     episode = run_episode(HouseholdEnv(bundled_unseen), policy, bundled_unseen[0], rhythm,
-                          rules=LoopRules(max_steps=6, loop_repeats=0))
-    assert episode.error is None and len(episode.entries) == 6
+                          rules=LoopRules(max_steps=4, loop_repeats=0))
+    assert episode.error is None and len(episode.entries) == 4
+    assert rhythm != "act" or not episode.thoughts
     assert policy.policy(rhythm).loaded.source == str(shipped_adapter(rhythm))
     card = json.loads((shipped_adapter(rhythm) / MODEL_CARD).read_text())
     assert card["rhythm"] == rhythm and card["kind"] == "lora" and card["commands"] and card["results"]

