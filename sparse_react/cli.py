@@ -322,6 +322,29 @@ def report(
     typer.echo("\nwritten: " + ", ".join(str(p) for p in paths.values()))
 
 
+@app.command()
+def view(
+    runs: list[Path] = typer.Argument(..., help="Run folders (or episode .jsonl files) to show; the only files read or written."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (default: this machine only)."),
+    port: int = typer.Option(8000, min=0, max=65535, help="Port to listen on."),
+    static: Optional[Path] = typer.Option(None, "--static", help="Write the pages as plain files into this folder "
+                                          "(no steering) instead of serving them."),
+) -> None:
+    """Open runs in a browser: the report, episodes with filters, one episode, two side by side, and
+    editing a thought to resume."""
+    from sparse_react.view import create_app, export_static
+
+    if static is not None:
+        written = export_static(runs, static)
+        typer.echo(f"wrote {len(written)} pages to {static}; open {static / 'index.html'}")
+        return
+    import uvicorn
+
+    app_ = create_app(runs)
+    typer.echo(f"sparse-react view: http://{host}:{port}/ (Ctrl-C to stop)")
+    uvicorn.run(app_, host=host, port=port, log_level="warning")
+
+
 @app.command("export")
 def export_(
     runs: list[Path] = typer.Argument(..., help="Run folders (or episode .jsonl files) to take won episodes from."),

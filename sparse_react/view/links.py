@@ -1,0 +1,54 @@
+"""Where each page lives: URLs under the web app, relative file names in a static export. Runs and
+episodes are named by their position only, so no request carries a path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+
+@dataclass(frozen=True)
+class ServerLinks:
+    """Links inside the running app (steering allowed)."""
+
+    static: bool = False
+    steer_allowed: bool = True
+
+    def runs(self) -> str:
+        return "/"
+
+    def episodes(self, **filters: str) -> str:
+        query = urlencode({k: v for k, v in filters.items() if v})
+        return "/episodes" + (f"?{query}" if query else "")
+
+    def episode(self, run: int, index: int) -> str:
+        return f"/runs/{run}/episodes/{index}"
+
+    def steer(self, run: int, index: int) -> str:
+        return f"/runs/{run}/episodes/{index}/steer"
+
+    def compare(self, run: int, index: int, other_run: int, other_index: int) -> str:
+        return f"/compare/{run}/{index}/{other_run}/{other_index}"
+
+
+@dataclass(frozen=True)
+class StaticLinks:
+    """Links between the files of a static export (no steering, no server-side filters)."""
+
+    static: bool = True
+    steer_allowed: bool = False
+
+    def runs(self) -> str:
+        return "index.html"
+
+    def episodes(self, **filters: str) -> str:
+        return "episodes.html"
+
+    def episode(self, run: int, index: int) -> str:
+        return f"episode-{run}-{index}.html"
+
+    def steer(self, run: int, index: int) -> str:
+        return ""
+
+    def compare(self, run: int, index: int, other_run: int, other_index: int) -> str:
+        return f"compare-{run}-{index}-{other_run}-{other_index}.html"
