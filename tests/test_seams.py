@@ -43,9 +43,10 @@ LAYERS = [
     "games.catalog", "engine", "prompts", "report",
     "env", "planner", "games.generate", "policies.search_order",
     "agent",
-    "policies.base", "policies.expert", "policies.random_admissible", "policies.scripted", "policies.hf",
+    "policies.base", "policies.expert", "policies.random_admissible", "policies.scripted", "policies.attention", "policies.hf",
     "policies.shipped", "policies",
     "evaluate", "resume", "export", "finetune", "ablation",
+    "view.links", "view.records", "view.pages", "view.render", "view.steer", "view.app", "view.static", "view",
     "cli", "",
 ]
 LAZY = {  # modules that import parts of the package inside functions, and why

@@ -254,6 +254,9 @@ def test_steering_an_edited_thought_turns_a_loss_into_a_win(server, page, sample
     shot(page, "steer-result")
     episodes = read_episodes(record)
     assert len(episodes) == 2 and episodes[1].won and episodes[1].settings["resumed_from"]["step"] == 3
+    page.goto(f"{server}/episodes?run=3")
+    expect(page.locator("tr.episode-row")).to_have_count(2)
+    expect(page.locator("tr.episode-row").nth(1)).to_contain_text("won")
 
 
 def test_bad_edits_change_no_file_and_two_edits_at_once_both_land(server, page, steer_run):
@@ -301,6 +304,22 @@ def test_texts_are_escaped_and_bad_lines_are_error_rows(server, page):
     assert page.locator("tr.episode-row").count() == 2  # the lines around the bad one still show
     page.goto(server + "/")
     expect(page.locator(".sources")).to_contain_text("line 2")
+
+
+def test_a_reload_shows_what_a_running_eval_wrote_since(server, page, hostile_run, run_dirs):
+    record = hostile_run / "episodes.jsonl"
+    line = (run_dirs[0] / "episodes.jsonl").read_text().splitlines()[5]
+    with record.open("a") as handle:  # an evaluation halfway through writing its next line
+        handle.write(line[:100])
+    page.goto(server + "/episodes?run=2")
+    expect(page.locator("tr.error-row")).to_have_count(2)
+    expect(page.locator("tr.error-row").nth(1)).to_contain_text("line 4: still being written")
+    expect(page.locator("tr.episode-row")).to_have_count(2)
+    with record.open("a") as handle:
+        handle.write(line[100:] + "\n")
+    page.reload()
+    expect(page.locator("tr.episode-row")).to_have_count(3)
+    expect(page.locator("tr.error-row")).to_have_count(1)
 
 
 def test_urls_reach_no_file_outside_the_named_runs(server):

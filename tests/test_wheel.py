@@ -29,7 +29,7 @@ def installed(tmp_path_factory):
     # checkout collide, so each builds from its own copy of what is tracked.
     source = root / "source"
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "build", "*.egg-info",
-                                                                 "__pycache__", ".pytest_cache"))
+                                                                 "__pycache__", ".pytest_cache", "test-artifacts"))
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
                             "-w", str(root / "dist"), str(source)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-3000:]
@@ -66,6 +66,7 @@ def test_the_wheel_carries_the_data(installed):
                for n in names) == 120
     assert sum(n.startswith("sparse_react/_bundled/prompts/") and n.endswith(".yaml") for n in names) == 6
     assert "sparse_react/policies/search_order.json" in names
+    assert {"sparse_react/view/templates/base.html", "sparse_react/view/templates/style.css"} <= set(names)
     for rhythm in shipped_rhythms():
         assert f"sparse_react/adapters/{rhythm}/adapter_model.safetensors" in names
         assert f"sparse_react/adapters/{rhythm}/sparse_react.json" in names
@@ -85,6 +86,10 @@ def test_the_installed_package_runs_outside_the_checkout(installed):
                  "--task-types", "look_at_obj_in_light,pick_two_obj_and_place", "--limit", "3", "--out", "runs/expert")
     assert expert.returncode == 0, expert.stderr[-3000:]
     assert "3/3 (100%)" in expert.stdout and (work / "runs" / "expert" / "episodes.jsonl").is_file()
+
+    site = run(bin_dir, work, "sparse-react", "view", "runs/expert", "--static", "site")
+    assert site.returncode == 0, site.stderr[-3000:]
+    assert "3/3 (100%)" in (work / "site" / "index.html").read_text()
 
 
 @pytest.mark.skipif("sparse" not in shipped_rhythms(), reason="no shipped sparse adapter in this checkout")

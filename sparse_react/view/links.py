@@ -51,4 +51,6 @@ class StaticLinks:
         return ""
 
     def compare(self, run: int, index: int, other_run: int, other_index: int) -> str:
-        return f"compare-{run}-{index}-{other_run}-{other_index}.html"
+        """One file per pair, whichever side it is asked from (the earlier episode on the left)."""
+        (a, b), (c, d) = sorted([(run, index), (other_run, other_index)])
+        return f"compare-{a}-{b}-{c}-{d}.html"

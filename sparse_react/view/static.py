@@ -39,7 +39,7 @@ def export_static(paths: Sequence[Path | str], out_dir: Path | str) -> list[Path
             others = [r for r in rows if r is not row]
             write(LINKS.episode(row.run.index, row.index), "episode.html", row=row, entries=entry_views(row.episode),
                   others=others, message="")
-        for left, right in combinations(rows, 2):
-            for a, b in ((left, right), (right, left)):
-                write(LINKS.compare(a.run.index, a.index, b.run.index, b.index), "compare.html", page=compare_page(a, b))
+        for left, right in combinations(rows, 2):  # rows are in run and file order: the earlier one on the left
+            write(LINKS.compare(left.run.index, left.index, right.run.index, right.index), "compare.html",
+                  page=compare_page(left, right))
     return written
