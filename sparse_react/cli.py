@@ -332,7 +332,7 @@ def view(
 ) -> None:
     """Open runs in a browser: the report, episodes with filters, one episode, two side by side, and
     editing a thought to resume."""
-    from sparse_react.view import create_app, export_static
+    from sparse_react.view import LOOPBACK_NAMES, create_app, export_static
 
     if static is not None:
         written = export_static(runs, static)
@@ -340,7 +340,7 @@ def view(
         return
     import uvicorn
 
-    app_ = create_app(runs)
+    app_ = create_app(runs, allowed_hosts=LOOPBACK_NAMES if host in LOOPBACK_NAMES else ("*",))
     typer.echo(f"sparse-react view: http://{host}:{port}/ (Ctrl-C to stop)")
     uvicorn.run(app_, host=host, port=port, log_level="warning")
 

@@ -270,6 +270,11 @@ def test_bad_edits_change_no_file_and_two_edits_at_once_both_land(server, page, 
         response = httpx.post(f"{server}/runs/3/episodes/0/steer", data=form)
         assert response.status_code == 400 and needle in response.text, form
     assert httpx.post(f"{server}/runs/3/episodes/7/steer", data={"step": "1", "thought": "x"}).status_code == 404
+    foreign = httpx.post(f"{server}/runs/3/episodes/0/steer", headers={"Origin": "http://elsewhere.example"},
+                         data={"step": "1", "thought": "plan: look", "mode": "edit"})
+    assert foreign.status_code == 403
+    unreadable = httpx.post(f"{server}/runs/2/episodes/0/steer", data={"step": "1", "thought": "x", "mode": "edit"})
+    assert unreadable.status_code == 400 and "line 2" in unreadable.text and "fix the record first" in unreadable.text
     assert record.read_bytes() == before
     page.locator("details.insert summary").click()
     page.fill("details.insert textarea", "plan: examine nothing")
@@ -348,11 +353,13 @@ def test_static_export_writes_the_same_pages_without_steering(run_dirs, tmp_path
     shot(page, "static-compare")
 
 
-def test_view_command_serves_on_loopback_and_prints_the_address(run_dirs):
+def test_view_command_serves_on_loopback_and_steers_with_the_runs_policy(run_dirs, tmp_path):
+    experts = shutil.copytree(run_dirs[0], tmp_path / "experts")
+    before = read_episodes(experts / "episodes.jsonl")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "sparse_react.cli", "view", str(run_dirs[0]), "--port", str(port)],
+    process = subprocess.Popen([sys.executable, "-m", "sparse_react.cli", "view", str(experts), "--port", str(port)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
         line = process.stdout.readline()
@@ -366,8 +373,36 @@ def test_view_command_serves_on_loopback_and_prints_the_address(run_dirs):
                 assert time.time() < deadline and process.poll() is None, process.stderr.read()
                 time.sleep(0.2)
         assert response.status_code == 200 and "18 of 18 episodes" in response.text.replace("<b>", "").replace("</b>", "")
+        assert httpx.get(f"http://127.0.0.1:{port}/", headers={"Host": "attacker.example"}).status_code == 400
+        steered = httpx.post(f"http://127.0.0.1:{port}/runs/0/episodes/0/steer", timeout=120,
+                             data={"step": "1", "thought": "the alarmclock may be on the desk", "mode": "edit"})
+        assert steered.status_code == 303 and steered.headers["location"] == "/compare/0/0/0/18"
     finally:
         process.terminate()
         process.wait(timeout=30)
+    after = read_episodes(experts / "episodes.jsonl")
+    assert after[:18] == before and len(after) == 19  # the expert, the run's own policy, carried on
+    assert after[18].won and after[18].policy == "expert" and after[18].entries[0].mode == "human"
     missing = cli("view", str(run_dirs[0] / "nowhere"))
     assert missing.returncode == 2 and "nowhere: no such run folder" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_steering_a_scripted_run_carries_on_with_the_script_its_settings_name(run_dirs, tmp_path):
+    from starlette.testclient import TestClient
+
+    from sparse_react.view import create_app
+
+    scripted = shutil.copytree(run_dirs[1], tmp_path / "scripted")
+    client = TestClient(create_app([scripted]))
+    response = client.post("/runs/0/episodes/1/steer", follow_redirects=False,
+                           data={"step": "1", "thought": "the laptop is on the desk", "mode": "edit"})
+    assert response.status_code == 303, response.text
+    old, new = read_episodes(scripted / "episodes.jsonl")[1:]
+    assert new.policy == "scripted" and new.settings["resumed_from"]["episode"] == 1
+    assert [(e.text, e.mode) for e in new.entries[:3]] == [("the laptop is on the desk", "human"),
+                                                           ("I should look around the room first", "scripted"),
+                                                           ("fly to the moon", "scripted")]
+    assert new.game == old.game and new.failure is Failure.LOOP
+    page = client.get(response.headers["location"])
+    assert page.status_code == 200 and "The action paths are the same" in page.text  # the edit is one more thought
+    assert page.text.count('<tr class="differ">') == 1 and page.text.count('<tr class="same">') == 5

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Sequence
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -19,11 +22,15 @@ from sparse_react.view.render import render
 from sparse_react.view.steer import PolicyFor, run_policy, steer
 
 LINKS = ServerLinks()
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
-def create_app(paths: Sequence[Path | str], policy_for: PolicyFor = run_policy) -> Starlette:
+def create_app(paths: Sequence[Path | str], policy_for: PolicyFor = run_policy,
+               allowed_hosts: Sequence[str] = ("*",)) -> Starlette:
     """An app over the run folders (or record files) in `paths`, the only files it reads or writes.
-    `policy_for` picks who carries on after a thought is edited (by default the run's own policy)."""
+    `policy_for` picks who carries on after a thought is edited (by default the run's own policy);
+    `allowed_hosts` are the Host names it answers (the loopback names when it listens there, so a
+    page elsewhere cannot reach it through a name that resolves to this machine)."""
     runs = RunSet(paths)
 
     def page(template: str, status: int = 200, **values) -> HTMLResponse:
@@ -64,6 +71,9 @@ def create_app(paths: Sequence[Path | str], policy_for: PolicyFor = run_policy) 
 
     async def steer_view(request: Request) -> Response:
         run_index, index = request.path_params["run"], request.path_params["index"]
+        origin = request.headers.get("origin")
+        if origin and urlsplit(origin).netloc != request.headers.get("host"):  # a form posted from another site
+            return page("error.html", 403, title="an edit must come from this app's own pages")
         form = await request.form()
         try:
             step = int(str(form.get("step", "")))
@@ -85,4 +95,5 @@ def create_app(paths: Sequence[Path | str], policy_for: PolicyFor = run_policy) 
         Route("/runs/{run:int}/episodes/{index:int}/steer", steer_view, methods=["POST"]),
         Route("/compare/{run:int}/{index:int}/{other_run:int}/{other_index:int}", compare_view),
     ]
-    return Starlette(routes=routes, exception_handlers={404: lambda request, exc: not_found(LookupError("no such page"))})
+    return Starlette(routes=routes, middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))],
+                     exception_handlers={404: lambda request, exc: not_found(LookupError("no such page"))})
