@@ -159,17 +159,24 @@ def success_table(episodes: Sequence[Episode], label: str = "success", by_rhythm
     return markdown_table(["", *COLUMNS], success_rows([group_stats(n, label, g) for n, g in groups.items() if g]))
 
 
-def markdown_report(runs: Sequence[Run]) -> str:
-    """The whole report as Markdown: success by task type, then the other measures."""
-    groups = summarize(runs)
-    failure_names = [f.value for f in Failure]
-    measures = [
+MEASURES: tuple[str, ...] = ("policy", "episodes", "steps to success", "thoughts/ep", "thought density",
+                             "invalid actions", *(f.value for f in Failure), "tokens/ep", "time/ep (s)")
+
+
+def measure_rows(groups: Sequence[GroupStats]) -> list[list[str]]:
+    """Cells of the behaviour table: the group's name, then one cell per MEASURES column."""
+    return [
         [g.name, g.policy, str(g.episodes), format_number(g.mean_steps_won, 1),
          format_number(g.thoughts_per_episode), format_number(g.thought_density, 3), _pct(g.invalid_action_rate),
-         *(str(g.failures[f]) for f in failure_names), format_number(g.tokens_per_episode, 0),
+         *(str(g.failures[f.value]) for f in Failure), format_number(g.tokens_per_episode, 0),
          format_number(g.time_per_episode)]
         for g in groups
     ]
+
+
+def markdown_report(runs: Sequence[Run]) -> str:
+    """The whole report as Markdown: success by task type, then the other measures."""
+    groups = summarize(runs)
     sources = ", ".join(f"`{label}` ({len(eps)} episodes)" for label, eps in runs)
     return "\n\n".join([
         "# Report",
@@ -177,8 +184,7 @@ def markdown_report(runs: Sequence[Run]) -> str:
         "## Success by task type",
         markdown_table(["", *COLUMNS], success_rows(groups)),
         "## Behaviour",
-        markdown_table(["", "policy", "episodes", "steps to success", "thoughts/ep", "thought density",
-                        "invalid actions", *failure_names, "tokens/ep", "time/ep (s)"], measures),
+        markdown_table(["", *MEASURES], measure_rows(groups)),
         "Steps to success: mean entries (thoughts and actions) of won episodes. Invalid actions: "
         "actions answered `Nothing happens.` over all actions. Failures: episodes not won, by class. "
         f"Tokens: mean over episodes with known token counts ({DASH} when none).",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterable
 
 from sparse_react.lines import NOTHING_HAPPENS, Kind
-from sparse_react.report import COLUMNS, GroupStats, format_number, success_rows, summarize, write_plots
+from sparse_react.report import COLUMNS, MEASURES, GroupStats, measure_rows, success_rows, summarize, write_plots
 from sparse_react.tasks import TaskType
 from sparse_react.trajectory import Entry, Episode, Failure
 from sparse_react.view.records import Run
@@ -42,20 +42,16 @@ class RunsPage:
     groups: list[GroupStats]
     plots: dict[str, str]  # name -> data: URI of the PNG
 
-    def measures(self, g: GroupStats) -> list[str]:
-        return [g.policy, str(g.episodes), format_number(g.mean_steps_won, 1), format_number(g.thoughts_per_episode),
-                format_number(g.thought_density, 3),
-                "–" if g.invalid_action_rate is None else f"{g.invalid_action_rate:.1%}",
-                *(str(g.failures[f.value]) for f in Failure), format_number(g.tokens_per_episode, 0),
-                format_number(g.time_per_episode)]
+    @property
+    def measures(self) -> list[list[str]]:
+        return measure_rows(self.groups)
 
     def run_index(self, label: str) -> str:
         return next(str(r.index) for r in self.runs if r.label == label)
 
     @property
-    def measure_names(self) -> list[str]:
-        return ["policy", "episodes", "steps to success", "thoughts/ep", "thought density", "invalid actions",
-                *(f.value for f in Failure), "tokens/ep", "time/ep (s)"]
+    def measure_names(self) -> tuple[str, ...]:
+        return MEASURES
 
 
 _PLOT_CACHE: dict[tuple, dict[str, str]] = {}

@@ -15,7 +15,7 @@ from sparse_react.view.pages import outcome, task_column
 def environment() -> Environment:
     env = Environment(loader=PackageLoader("sparse_react.view", "templates"), autoescape=True,
                       trim_blocks=True, lstrip_blocks=True)
-    env.globals.update(task_column=task_column, outcome=outcome, NOTHING_HAPPENS=NOTHING_HAPPENS)
+    env.globals.update(zip=zip, task_column=task_column, outcome=outcome, NOTHING_HAPPENS=NOTHING_HAPPENS)
     return env
 
 
