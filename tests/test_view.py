@@ -407,3 +407,19 @@ def test_steering_a_scripted_run_carries_on_with_the_script_its_settings_name(ru
     page = client.get(response.headers["location"])
     assert page.status_code == 200 and "The action paths are the same" in page.text  # the edit is one more thought
     assert page.text.count('<tr class="differ">') == 1 and page.text.count('<tr class="same">') == 5
+
+
+def test_a_run_that_has_only_begun_shows_its_episodes_as_they_come(run_dirs, tmp_path):
+    from starlette.testclient import TestClient
+
+    from sparse_react.view import create_app
+
+    run = tmp_path / "begun"
+    run.mkdir()
+    shutil.copy(run_dirs[0] / "settings.json", run)  # what `eval --out` writes before its first episode
+    client = TestClient(create_app([run]))
+    assert "No episodes yet: reload while the run is written" in client.get("/").text
+    lines = (run_dirs[0] / "episodes.jsonl").read_text().splitlines(keepends=True)
+    (run / "episodes.jsonl").write_text("".join(lines[:2]))
+    assert "<b>2</b> of 2 episodes" in client.get("/episodes").text
+    assert "2/2 (100%)" in client.get("/").text

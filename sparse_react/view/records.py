@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from sparse_react.report import _label_for, _unique
+from sparse_react.evaluate import SETTINGS_FILE
 from sparse_react.trajectory import EPISODES_FILE, Episode, RecordError
 
 
@@ -36,7 +37,7 @@ class Run:
     @property
     def settings(self) -> dict:
         """The run's settings.json (what `eval` was asked), or {} for a loose record file."""
-        path = self.folder / "settings.json"
+        path = self.folder / SETTINGS_FILE
         try:
             return json.loads(path.read_text()) if path.is_file() else {}
         except (OSError, json.JSONDecodeError):
@@ -61,7 +62,7 @@ def run_sources(paths: Sequence[Path | str]) -> list[RunSource]:
         path = Path(raw).resolve()
         if path.is_dir():
             record = path / EPISODES_FILE
-            if not record.is_file():
+            if not record.is_file() and not (path / SETTINGS_FILE).is_file():  # settings alone: an eval just begun
                 raise RecordError(f"{raw}: no {EPISODES_FILE} in this run folder")
             folder = path
         elif path.is_file():
@@ -75,6 +76,8 @@ def run_sources(paths: Sequence[Path | str]) -> list[RunSource]:
 def read_run(index: int, source: RunSource) -> Run:
     """Read a run's record line by line, keeping every good episode and naming every bad line."""
     run = Run(index, source.label, source.folder, source.record)
+    if not source.record.exists():  # an evaluation that has not finished its first episode
+        return run
     try:
         text = source.record.read_text()
     except (OSError, UnicodeDecodeError) as exc:
