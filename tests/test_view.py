@@ -2,7 +2,8 @@
 expert and scripted policies wrote: the report table, filters, one episode, two side by side,
 steering an edited thought to a win, escaping, path confinement, bad lines and the static export.
 
-Screenshots of every page go to test-artifacts/view/ (or $SPARSE_REACT_ARTIFACTS)."""
+Screenshots of every page go to test-artifacts/view/ (or $SPARSE_REACT_ARTIFACTS). Without Chromium or
+Playwright the browser tests skip with the reason; the ones that need no browser still run."""
 
 from __future__ import annotations
 
@@ -40,9 +41,7 @@ try:
 except ImportError:  # the test extra is not installed
     sync_playwright = None
 
-pytestmark = pytest.mark.skipif(
-    sync_playwright is None or CHROMIUM is None,
-    reason="browser tests need Playwright (pip install -e '.[test]') and Debian's chromium (apt-get install chromium)")
+NO_BROWSER = "browser tests need Playwright (pip install -e '.[test]') and Debian's chromium (apt-get install chromium)"
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -128,6 +127,8 @@ def server(run_dirs, hostile_run, steer_run):
 
 @pytest.fixture(scope="module")
 def browser():
+    if sync_playwright is None or CHROMIUM is None:
+        pytest.skip(NO_BROWSER)
     with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=CHROMIUM)
         yield chromium
