@@ -27,32 +27,30 @@ def load_runs(paths: Sequence[Path | str]) -> list[Run]:
     (a ValueError) naming any path that holds no episodes.
     """
     runs: list[Run] = []
-    seen: set[str] = set()
-    for raw in paths:
-        path = Path(raw)
+    for path, label in zip(map(Path, paths), run_labels(paths)):
         file = path / EPISODES_FILE if path.is_dir() else path
         if path.is_dir() and not file.is_file():
             raise RecordError(f"{path}: no {EPISODES_FILE} in this run folder")
         episodes = read_episodes(file)
         if not episodes:
             raise RecordError(f"{file}: no episodes in this record file")
-        runs.append((_unique(_label_for(path), seen), episodes))
+        runs.append((label, episodes))
     return runs
 
 
-def _label_for(path: Path) -> str:
-    if path.is_dir():
-        return path.resolve().name
-    return path.resolve().parent.name if path.name == EPISODES_FILE else path.stem
-
-
-def _unique(label: str, seen: set[str]) -> str:
-    candidate, n = label, 1
-    while candidate in seen:
-        n += 1
-        candidate = f"{label}-{n}"
-    seen.add(candidate)
-    return candidate
+def run_labels(paths: Sequence[Path | str]) -> list[str]:
+    """Each run's label: its folder's name (a loose `.jsonl` file's stem), `-2`, `-3`... where repeated."""
+    labels, seen = [], set()
+    for raw in paths:
+        path = Path(raw).resolve()
+        label = path.name if path.is_dir() else path.parent.name if path.name == EPISODES_FILE else path.stem
+        candidate, n = label, 1
+        while candidate in seen:
+            n += 1
+            candidate = f"{label}-{n}"
+        seen.add(candidate)
+        labels.append(candidate)
+    return labels
 
 
 @dataclass

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from sparse_react.report import _label_for, _unique
+from sparse_react.report import run_labels
 from sparse_react.evaluate import SETTINGS_FILE
 from sparse_react.trajectory import EPISODES_FILE, Episode, RecordError
 
@@ -57,8 +57,8 @@ def run_sources(paths: Sequence[Path | str]) -> list[RunSource]:
     """Check every path names a run folder or a record file; RecordError names the first that does not."""
     if not paths:
         raise RecordError("name at least one run folder")
-    sources, seen = [], set()
-    for raw in paths:
+    sources = []
+    for raw, label in zip(paths, run_labels(paths)):
         path = Path(raw).resolve()
         if path.is_dir():
             record = path / EPISODES_FILE
@@ -69,7 +69,7 @@ def run_sources(paths: Sequence[Path | str]) -> list[RunSource]:
             record, folder = path, path.parent
         else:
             raise RecordError(f"{raw}: no such run folder or record file")
-        sources.append(RunSource(_unique(_label_for(path), seen), folder, record))
+        sources.append(RunSource(label, folder, record))
     return sources
 
 
