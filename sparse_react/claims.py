@@ -7,6 +7,9 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
+from sparse_react.lines import Kind
+from sparse_react.trajectory import Episode
+
 _FOUND = re.compile(r"\b(?:find|found|see) (?:an? |the )?([a-z]+) \(([^)]*)\)(?: in/on the ([a-z]+ \d+))?",
                     re.IGNORECASE)
 
@@ -36,3 +39,16 @@ def contradicted(claim: FoundClaim, observations: Iterable[str]) -> bool:
     """True when no observation showed the claimed object, or none showed it at the claimed place."""
     seen = shown(claim.name, observations)
     return not seen or (claim.place is not None and not any(claim.place in o for o in seen))
+
+
+def contradicted_claims(episode: Episode) -> list[tuple[int, FoundClaim]]:
+    """(step, claim) for every "found" claim of the episode's thoughts that the observations
+    before it contradict."""
+    observations = [episode.initial_observation]
+    out = []
+    for entry in episode.entries:
+        if entry.kind is Kind.THOUGHT:
+            out += [(entry.step, c) for c in found_claims(entry.text) if contradicted(c, observations)]
+        else:
+            observations.append(entry.observation)
+    return out

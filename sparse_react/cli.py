@@ -364,6 +364,26 @@ def export_(
 
 
 @app.command()
+def relabel(
+    runs: list[Path] = typer.Argument(..., help="Run folders (or episode .jsonl files) whose episodes to relabel."),
+    out: Path = typer.Option(..., help="The training data file to write (JSON lines, chat messages, one per state)."),
+    lost_only: bool = typer.Option(False, "--lost-only", help="Relabel only episodes that were not won."),
+    exclude: Optional[str] = typer.Option(None, help="Comma-separated evaluation sets whose games may not be "
+                                                     "relabelled (default: valid_unseen, valid_seen, alfworld:valid_*)."),
+) -> None:
+    """Label every state the agents visited with the line the relabelling expert writes there (from
+    what the episode showed, never hidden locations), as fine-tuning data."""
+    from sparse_react.export import DEFAULT_EVAL_SETS
+    from sparse_react.relabel import relabel_runs
+
+    sets = [e.strip() for e in exclude.split(",") if e.strip()] if exclude is not None else DEFAULT_EVAL_SETS
+    summary = relabel_runs(runs, out, sets, lost_only)
+    typer.echo(f"wrote {summary.examples} examples from {summary.episodes} episodes to {summary.path}")
+    for problem in summary.unlabelled:
+        typer.echo(f"not relabelled: {problem}", err=True)
+
+
+@app.command()
 def finetune(
     data: Path = typer.Option(..., help="Training data from `sparse-react export` (one rhythm)."),
     out: Path = typer.Option(..., help="The model folder to write; its checkpoints/ make a rerun resume."),
