@@ -455,11 +455,11 @@ class RelabellingExpertPolicy(SearchingExpertPolicy):
         except ExpertError:
             planned = None
         self._read(turns)
-        if planned != history.last_action:
-            return self._replan(phase)
-        if earlier_phase != phase:
+        if earlier_phase != phase:  # a subgoal done, on the plan or by a detour that found the thing
             self._phase = earlier_phase
             return self._new_phase(phase)
+        if planned != history.last_action:
+            return self._replan(phase)
         return None
 
     # -- thoughts ----------------------------------------------------------------------------
@@ -475,10 +475,12 @@ class RelabellingExpertPolicy(SearchingExpertPolicy):
             return f"I am holding the {s.held}, which the task does not need. I'll put it down, then {phase}."
         if phase.startswith("take the "):
             name, place = phase.removeprefix("take the ").split(" from the ")
-            return f"I have seen {_a(self._obj)} ({name}) in/on the {place}. I'll go there and take it."
+            there = "It is here; I'll take it." if s.location == place else "I'll go there and take it."
+            return f"I have seen {_a(self._obj)} ({name}) in/on the {place}. {there}"
         if phase.startswith("turn on the "):
             lamp = phase.removeprefix("turn on the ")
-            return f"I have seen the {self._target} ({lamp}) in/on the {s.seen.get(lamp)}. I'll go there and turn it on."
+            there = "It is here" if s.location == s.seen.get(lamp) else "I'll go there"
+            return f"I have seen the {self._target} ({lamp}) in/on the {s.seen.get(lamp)}. {there}; I'll turn it on."
         if phase.startswith("find "):
             kind = self._wanted() or self._obj
             looked = [r for r in search_order(kind, self._receptacles) if r in s.searched]
