@@ -148,3 +148,19 @@ def test_a_record_whose_game_is_gone_is_named(episodes, tmp_path):
     assert summary.examples == 0 and len(summary.unlabelled) == 1 and "no-such-game" in summary.unlabelled[0]
     with pytest.raises(RelabelError, match="nowhere.*no-such-game"):
         relabel_episode(Episode.from_dict(data))
+
+
+def test_finetune_learns_only_the_label_lines(episodes, labelled, tmp_path):
+    pytest.importorskip("torch")
+    from transformers import AutoTokenizer
+
+    from sparse_react.finetune import tokenize_example
+    from tiny import tiny_model
+
+    tiny_model(tmp_path / "tiny", chat=True)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tiny")
+    episode, states = next((e, s) for e, s in labelled if not e.won)
+    for example, state in list(zip(relabelled_examples(episode, states), states))[10:13]:
+        row = tokenize_example(tokenizer, example["messages"], chat=True, max_length=100_000)
+        learned = tokenizer.decode([t for t, label in zip(row["input_ids"], row["labels"]) if label != -100])
+        assert learned.split() == " ".join(state.lines).split()
