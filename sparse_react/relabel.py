@@ -19,7 +19,7 @@ from sparse_react.agent import Context, Decision, LoopRules, Request, run_episod
 from sparse_react.env import HouseholdEnv
 from sparse_react.errors import UserError
 from sparse_react.export import DATA_FORMAT, DEFAULT_EVAL_SETS, _refuse_leaks, episode_messages, eval_games, game_digest
-from sparse_react.games.catalog import BUNDLED_SPLITS, GameRef, find_games, game_ref
+from sparse_react.games.catalog import BUNDLED_SPLITS, GameRef, GameSetError, alfworld_data_dir, bundled_games_dir, game_ref
 from sparse_react.lines import THOUGHT_REPLY, Kind, thought_line
 from sparse_react.policies.expert import ExpertError, Label, RelabellingExpertPolicy
 from sparse_react.report import load_runs
@@ -48,17 +48,23 @@ class RelabelledState:
 
 
 def episode_game(episode: Episode) -> GameRef:
-    """The record's game file, or (when the record was made on another machine) the bundled game
-    of the same name."""
+    """The record's game file, or (when the record was made elsewhere) the game of the same name
+    and file name in a bundled split or an ALFWorld split under ALFWORLD_DATA."""
     path = Path(episode.game)
     if path.is_file():
         return game_ref(path)
-    name = episode.settings.get("game_name")
-    for split in BUNDLED_SPLITS:
-        for game in find_games(split):
-            if game.name == name:
-                return game
-    raise RelabelError(f"game of the record not found: {episode.game} (name {name!r}, not a bundled game either)")
+    name = episode.settings.get("game_name", "")
+    roots = [bundled_games_dir() / split for split in BUNDLED_SPLITS]
+    try:
+        roots += [alfworld_data_dir() / split for split in ("train", "valid_seen", "valid_unseen")]
+    except GameSetError:
+        pass  # no ALFWorld data here: only the bundled games can stand in
+    for root in roots:
+        candidate = root / name / path.name
+        if name and candidate.is_file():
+            return game_ref(candidate)
+    raise RelabelError(f"game of the record not found: {episode.game} (name {name!r}: neither a bundled game "
+                       "nor, with ALFWORLD_DATA set, an ALFWorld one)")
 
 
 def _rules(episode: Episode, max_steps: int | None = None) -> LoopRules:

@@ -164,3 +164,27 @@ def test_finetune_learns_only_the_label_lines(episodes, labelled, tmp_path):
         row = tokenize_example(tokenizer, example["messages"], chat=True, max_length=100_000)
         learned = tokenizer.decode([t for t, label in zip(row["input_ids"], row["labels"]) if label != -100])
         assert learned.split() == " ".join(state.lines).split()
+
+
+def test_a_record_made_elsewhere_finds_its_game_by_name(episodes):
+    from sparse_react.relabel import episode_game
+
+    moved = Episode.from_dict(episodes[0].to_dict())
+    moved.game = str(Path("/elsewhere") / episodes[0].settings["game_name"] / Path(episodes[0].game).name)
+    assert episode_game(moved).name == episodes[0].settings["game_name"] and episode_game(moved).path.is_file()
+
+
+def test_real_alfworld_model_episode_relabels_and_hands_over(alfworld_json):
+    """Two lost ALFWorld valid_seen episodes of the shipped model (one cycling between two places,
+    one claiming objects it never saw), their games found under ALFWORLD_DATA by name."""
+    from sparse_react.claims import contradicted_claims
+    from sparse_react.trajectory import ending_cycle
+
+    cycling, claiming = read_episodes(Path(__file__).parent / "data" / "model_episodes_alfworld.jsonl")
+    assert len(ending_cycle(cycling)) == 2 and len(contradicted_claims(claiming)) == 5
+    for record in (cycling, claiming):
+        record.game = str(Path("/elsewhere") / record.settings["game_name"] / Path(record.game).name)
+        states = relabel_episode(record)
+        assert len(states) == len(record.entries) and not record.won
+        for step in (1, len(record.entries) // 2, len(record.entries)):
+            assert hand_over(record, step).won, (record.settings["game_name"], step)
