@@ -25,7 +25,7 @@ app.add_typer(cache_app, name="cache")
 
 BUG_REPORT = "this is a bug in sparse_react: please report it with the traceback above"
 POLICY_HELP = ("hf (the shipped trained agent of each rhythm: a LoRA adapter on the embedded SmolLM2-135M), "
-               "expert, search-expert, random or scripted:FILE.")
+               "expert, search-expert, relabel-expert, random or scripted:FILE.")
 MODEL_HELP = ("base (the untuned embedded SmolLM2-135M-Instruct), or a local model folder, adapter folder or .gguf "
               "file (implies --policy hf).")
 ACTION_MODE_HELP = ("Model actions: scored (rank every admissible command), constrained (write one token by token "

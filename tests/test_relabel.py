@@ -188,3 +188,22 @@ def test_real_alfworld_model_episode_relabels_and_hands_over(alfworld_json):
         assert len(states) == len(record.entries) and not record.won
         for step in (1, len(record.entries) // 2, len(record.entries)):
             assert hand_over(record, step).won, (record.settings["game_name"], step)
+
+
+@pytest.mark.parametrize("rhythm", ["sparse", "dense", "im", "act"])
+def test_relabel_expert_plays_whole_games_from_what_it_has_seen(rhythm):
+    from sparse_react.evaluate import evaluate
+    from sparse_react.games.catalog import find_games
+    from sparse_react.policies import make_policy
+    from sparse_react.tasks import TaskType
+
+    games = [g for t in TaskType for g in find_games("train", task_types=[t])[:2]]
+    played = evaluate(games, make_policy("relabel-expert"), rhythm, progress=False)
+    assert [e.settings["game_name"] for e in played if not e.won] == []
+    for episode in played:
+        shown = episode.initial_observation
+        for entry in episode.entries:
+            if entry.kind is Kind.ACTION and entry.text.startswith(("take ", "use ")):
+                name = entry.text.split(" ", 1)[1].partition(" from ")[0]
+                assert f" {name}" in shown, f"{episode.game}: {entry.text!r} before seeing {name}"
+            shown += "\n" + entry.observation
