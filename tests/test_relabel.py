@@ -175,13 +175,17 @@ def test_a_record_made_elsewhere_finds_its_game_by_name(episodes):
 
 
 def test_real_alfworld_model_episode_relabels_and_hands_over(alfworld_json):
-    """Two lost ALFWorld valid_seen episodes of the shipped model (one cycling between two places,
-    one claiming objects it never saw), their games found under ALFWORLD_DATA by name."""
+    """Lost ALFWorld valid_seen episodes of the shipped model (one cycling between two places, one
+    claiming objects it never saw, one in a room whose desk holds its drawers), their games found
+    under ALFWORLD_DATA by name."""
     from sparse_react.claims import contradicted_claims
     from sparse_react.trajectory import ending_cycle
 
-    cycling, claiming = read_episodes(Path(__file__).parent / "data" / "model_episodes_alfworld.jsonl")
+    cycling, claiming, shared_spot = read_episodes(Path(__file__).parent / "data" / "model_episodes_alfworld.jsonl")
     assert len(ending_cycle(cycling)) == 2 and len(contradicted_claims(claiming)) == 5
+    # a drawer inside the desk: from drawer 1 the game offers `take cd 2 from desk 1` but no `go to desk 1`
+    assert shared_spot.entries[9].text == "go to drawer 1" and "cd 2" in shared_spot.entries[3].observation
+    assert relabel_episode(shared_spot)[11].label.action == "take cd 2 from desk 1"
     for record in (cycling, claiming):
         record.game = str(Path("/elsewhere") / record.settings["game_name"] / Path(record.game).name)
         states = relabel_episode(record)
