@@ -125,9 +125,10 @@ def relabel_episode(episode: Episode, game: GameRef | None = None) -> list[Relab
 
 
 def hand_over(episode: Episode, step: int, game: GameRef | None = None, budget: int = 50) -> Episode:
-    """Replay the record up to (not including) entry `step`, then let the relabelling expert play on
-    with `budget` more steps; returns the new episode (`won` says whether the expert won)."""
-    if not 1 <= step <= len(episode.entries):
+    """Replay the record up to (not including) entry `step` (one past the last: all of it), then let
+    the relabelling expert play on with `budget` more steps; returns the new episode (`won` says
+    whether the expert won)."""
+    if not 1 <= step <= len(episode.entries) + 1:
         raise RecordError(f"step {step} is out of range: the episode has {len(episode.entries)} steps")
     game = game or episode_game(episode)
     replay = ReplayPolicy(episode.entries[: step - 1], RelabellingExpertPolicy())

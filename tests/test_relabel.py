@@ -211,3 +211,16 @@ def test_relabel_expert_plays_whole_games_from_what_it_has_seen(rhythm):
                 name = entry.text.split(" ", 1)[1].partition(" from ")[0]
                 assert f" {name}" in shown, f"{episode.game}: {entry.text!r} before seeing {name}"
             shown += "\n" + entry.observation
+
+
+def test_an_object_the_task_does_not_need_is_put_down_first(episodes):
+    """An act episode that took the wrong thing (a book for an alarm clock task), on the real game."""
+    won = named(episodes, "AlarmClock")
+    game = relabel_game(won)
+    record = run_episode(HouseholdEnv([game]), ScriptedPolicy(["go to desk 1", "take book 1 from desk 1"]), game, "sparse")
+    assert record.entries[-1].observation == "You pick up the book 1 from the desk 1."
+    state = relabel_episode(record, game)[-1]
+    assert state.label.action == "take alarmclock 1 from desk 1"  # before the mistake: the alarm clock is the one
+    handed = hand_over(record, len(record.entries) + 1, game)  # after the mistake
+    after = [e.text for e in handed.entries[len(record.entries):] if e.kind is Kind.ACTION]
+    assert handed.won and after[0] == "move book 1 to desk 1" and "take alarmclock 1 from desk 1" in after
