@@ -67,6 +67,19 @@ def episode_game(episode: Episode) -> GameRef:
                        "nor, with ALFWORLD_DATA set, an ALFWorld one)")
 
 
+_PROCESS_ENV: list[HouseholdEnv] = []
+
+
+def _env_for(game: GameRef, env: HouseholdEnv | None) -> HouseholdEnv:
+    """`env`, else one environment per process for every game: each new engine copies the
+    planner's 33 MB library into a temporary folder that lasts as long as the process."""
+    if env is not None:
+        return env
+    if not _PROCESS_ENV:
+        _PROCESS_ENV.append(HouseholdEnv([game]))
+    return _PROCESS_ENV[0]
+
+
 def _rules(episode: Episode, max_steps: int | None = None) -> LoopRules:
     rules = {k: v for k, v in episode.settings.items() if k in LoopRules.__dataclass_fields__}
     return LoopRules(**(rules | ({"max_steps": max_steps} if max_steps else {})))
@@ -112,11 +125,12 @@ class _LabellingReplay:
         return [Decision(line, "replay", entry.tokens)]
 
 
-def relabel_episode(episode: Episode, game: GameRef | None = None) -> list[RelabelledState]:
+def relabel_episode(episode: Episode, game: GameRef | None = None,
+                    env: HouseholdEnv | None = None) -> list[RelabelledState]:
     """The relabelling expert's label at every state of a recorded episode (before each entry)."""
     game = game or episode_game(episode)
     replay = _LabellingReplay(list(episode.entries))
-    replayed = run_episode(HouseholdEnv([game]), replay, game, episode.rhythm, episode.prompt_variant,
+    replayed = run_episode(_env_for(game, env), replay, game, episode.rhythm, episode.prompt_variant,
                            _rules(episode, max(1, len(episode.entries))))
     if len(replay.labels) < len(episode.entries):
         cause = replayed.error
@@ -124,7 +138,8 @@ def relabel_episode(episode: Episode, game: GameRef | None = None) -> list[Relab
     return replay.labels
 
 
-def hand_over(episode: Episode, step: int, game: GameRef | None = None, budget: int = 50) -> Episode:
+def hand_over(episode: Episode, step: int, game: GameRef | None = None, budget: int = 50,
+              env: HouseholdEnv | None = None) -> Episode:
     """Replay the record up to (not including) entry `step` (one past the last: all of it), then let
     the relabelling expert play on with `budget` more steps; returns the new episode (`won` says
     whether the expert won)."""
@@ -132,7 +147,7 @@ def hand_over(episode: Episode, step: int, game: GameRef | None = None, budget: 
         raise RecordError(f"step {step} is out of range: the episode has {len(episode.entries)} steps")
     game = game or episode_game(episode)
     replay = ReplayPolicy(episode.entries[: step - 1], RelabellingExpertPolicy())
-    handed = run_episode(HouseholdEnv([game]), replay, game, episode.rhythm, episode.prompt_variant,
+    handed = run_episode(_env_for(game, env), replay, game, episode.rhythm, episode.prompt_variant,
                          _rules(episode, step - 1 + budget))
     handed.settings["handed_over"] = {"step": step, "mismatches": replay.mismatches}
     return handed

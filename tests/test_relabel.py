@@ -224,3 +224,23 @@ def test_an_object_the_task_does_not_need_is_put_down_first(episodes):
     handed = hand_over(record, len(record.entries) + 1, game)  # after the mistake
     after = [e.text for e in handed.entries[len(record.entries):] if e.kind is Kind.ACTION]
     assert handed.won and after[0] == "move book 1 to desk 1" and "take alarmclock 1 from desk 1" in after
+
+
+def test_relabelling_many_states_loads_the_planner_library_once(episodes):
+    """Each new engine maps its own copy of fast-downward's 33 MB library, freed only when the
+    process ends: thousands of hand-overs once filled the disk."""
+    maps = Path("/proc/self/maps")
+    if not maps.exists():
+        pytest.skip("no /proc/self/maps on this system")
+
+    def copies() -> int:
+        # a mapped file's path (`... /tmp/tmpXXXX/libdownward.so (deleted)`) is the sixth field
+        return len({line.split(maxsplit=5)[-1] for line in maps.read_text().splitlines() if "libdownward" in line})
+
+    lost = [e for e in episodes if not e.won]
+    hand_over(lost[0], 1)
+    before = copies()
+    for episode in lost:
+        relabel_episode(episode)
+        hand_over(episode, 25)
+    assert copies() == before
