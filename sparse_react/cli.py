@@ -25,7 +25,7 @@ app.add_typer(cache_app, name="cache")
 
 BUG_REPORT = "this is a bug in sparse_react: please report it with the traceback above"
 POLICY_HELP = ("hf (the shipped trained agent of each rhythm: a LoRA adapter on the embedded SmolLM2-135M), "
-               "expert, search-expert, random or scripted:FILE.")
+               "expert, search-expert, relabel-expert, random or scripted:FILE.")
 MODEL_HELP = ("base (the untuned embedded SmolLM2-135M-Instruct), or a local model folder, adapter folder or .gguf "
               "file (implies --policy hf).")
 ACTION_MODE_HELP = ("Model actions: scored (rank every admissible command), constrained (write one token by token "
@@ -361,6 +361,26 @@ def export_(
     counts = ", ".join(f"{n} {r}" for r, n in summary.by_rhythm.items())
     typer.echo(f"wrote {summary.examples} examples ({counts}) to {summary.path}; "
                f"{summary.not_won} episodes not won were left out")
+
+
+@app.command()
+def relabel(
+    runs: list[Path] = typer.Argument(..., help="Run folders (or episode .jsonl files) whose episodes to relabel."),
+    out: Path = typer.Option(..., help="The training data file to write (JSON lines, chat messages, one per state)."),
+    lost_only: bool = typer.Option(False, "--lost-only", help="Relabel only episodes that were not won."),
+    exclude: Optional[str] = typer.Option(None, help="Comma-separated evaluation sets whose games may not be "
+                                                     "relabelled (default: valid_unseen, valid_seen, alfworld:valid_*)."),
+) -> None:
+    """Label every state the agents visited with the line the relabelling expert writes there (from
+    what the episode showed, never hidden locations), as fine-tuning data."""
+    from sparse_react.export import DEFAULT_EVAL_SETS
+    from sparse_react.relabel import relabel_runs
+
+    sets = [e.strip() for e in exclude.split(",") if e.strip()] if exclude is not None else DEFAULT_EVAL_SETS
+    summary = relabel_runs(runs, out, sets, lost_only)
+    typer.echo(f"wrote {summary.examples} examples from {summary.episodes} episodes to {summary.path}")
+    for problem in summary.unlabelled:
+        typer.echo(f"not relabelled: {problem}", err=True)
 
 
 @app.command()

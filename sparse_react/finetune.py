@@ -95,18 +95,23 @@ def read_examples(path: Path) -> list[dict]:
 
 
 def example_turns(messages: Sequence[dict]) -> list[tuple[str, str]]:
-    """An exported example's (agent line, game answer) turns, after its first (prefix) message."""
+    """An exported example's (agent line, game answer) turns, after its first (prefix) message; a
+    last agent line without an answer (a relabelled state's label) gets an empty one."""
     rest = messages[1:]
-    return [(line["content"], answer["content"]) for line, answer in zip(rest[::2], rest[1::2])]
+    answers = [answer["content"] for answer in rest[1::2]]
+    return [(line["content"], answers[i] if i < len(answers) else "") for i, line in enumerate(rest[::2])]
 
 
 def tokenize_example(tokenizer: Any, messages: Sequence[dict], chat: bool, max_length: int) -> dict[str, list[int]]:
     """input_ids and labels (-100 where there is no loss) for one example, rendered as the model
-    policy renders an episode (`sparse_react.transcript`), with the loss on the agent's lines."""
+    policy renders an episode (`sparse_react.transcript`), with the loss on the agent's lines (those
+    not marked `"train": false`)."""
     transcript = render(render_head(tokenizer, messages[0]["content"] + "\n", chat), example_turns(messages), ask=False)
     encoded = tokenizer(transcript.text, add_special_tokens=not chat, return_offsets_mapping=True)
     ids, labels = encoded["input_ids"], []
-    spans = iter(transcript.agent_spans)
+    # a relabelled example's own agent lines are context only: `"train": false`
+    trained = [line.get("train", True) for line in messages[1::2]]
+    spans = iter([span for span, train in zip(transcript.agent_spans, trained) if train])
     span = next(spans, None)
     for token, (start, end) in zip(ids, encoded["offset_mapping"]):
         while span and start >= span[1]:

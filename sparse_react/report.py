@@ -11,8 +11,9 @@ from pathlib import Path
 from statistics import mean
 from typing import Sequence
 
+from sparse_react.claims import contradicted_claims
 from sparse_react.tasks import TaskType
-from sparse_react.trajectory import EPISODES_FILE, Episode, Failure, RecordError, read_episodes
+from sparse_react.trajectory import EPISODES_FILE, Episode, Failure, RecordError, failure_class, read_episodes
 
 COLUMNS: tuple[str, ...] = (*(t.column for t in TaskType), "All")
 DASH = "–"
@@ -69,6 +70,7 @@ class GroupStats:
     thought_density: float
     invalid_action_rate: float | None
     failures: dict[str, int]
+    false_claims: int  # lost episodes with a thought claiming an object found that no observation showed
     tokens_per_episode: float | None
     time_per_episode: float
     steps_won: list[int] = field(default_factory=list)
@@ -101,7 +103,8 @@ def group_stats(name: str, label: str, episodes: Sequence[Episode]) -> GroupStat
         thoughts_per_episode=mean(len(e.thoughts) for e in episodes),
         thought_density=mean(e.thought_density for e in episodes),
         invalid_action_rate=sum(e.invalid_actions for e in episodes) / actions if actions else None,
-        failures={f.value: sum(e.failure is f for e in episodes) for f in Failure},
+        failures={f.value: sum(failure_class(e) is f for e in episodes) for f in Failure},
+        false_claims=sum(not e.won and bool(contradicted_claims(e)) for e in episodes),
         tokens_per_episode=mean(tokens) if tokens else None,
         time_per_episode=mean(e.wall_time for e in episodes),
         steps_won=steps_won,
@@ -158,7 +161,7 @@ def success_table(episodes: Sequence[Episode], label: str = "success", by_rhythm
 
 
 MEASURES: tuple[str, ...] = ("policy", "episodes", "steps to success", "thoughts/ep", "thought density",
-                             "invalid actions", *(f.value for f in Failure), "tokens/ep", "time/ep (s)")
+                             "invalid actions", *(f.value for f in Failure), "false claim", "tokens/ep", "time/ep (s)")
 
 
 def measure_rows(groups: Sequence[GroupStats]) -> list[list[str]]:
@@ -166,7 +169,7 @@ def measure_rows(groups: Sequence[GroupStats]) -> list[list[str]]:
     return [
         [g.name, g.policy, str(g.episodes), format_number(g.mean_steps_won, 1),
          format_number(g.thoughts_per_episode), format_number(g.thought_density, 3), _pct(g.invalid_action_rate),
-         *(str(g.failures[f.value]) for f in Failure), format_number(g.tokens_per_episode, 0),
+         *(str(g.failures[f.value]) for f in Failure), str(g.false_claims), format_number(g.tokens_per_episode, 0),
          format_number(g.time_per_episode)]
         for g in groups
     ]
@@ -184,7 +187,10 @@ def markdown_report(runs: Sequence[Run]) -> str:
         "## Behaviour",
         markdown_table(["", *MEASURES], measure_rows(groups)),
         "Steps to success: mean entries (thoughts and actions) of won episodes. Invalid actions: "
-        "actions answered `Nothing happens.` over all actions. Failures: episodes not won, by class. "
+        "actions answered `Nothing happens.` over all actions. Failures: episodes not won, by class (`cycle`: "
+        "the last actions went twice round the same two or more commands with the same observations). "
+        "False claim: episodes not won with a thought claiming an object found that no observation had shown "
+        "(counted besides their class). "
         f"Tokens: mean over episodes with known token counts ({DASH} when none).",
     ]) + "\n"
 
@@ -193,7 +199,7 @@ CSV_FIELDS: tuple[str, ...] = (
     "group", "label", "rhythm", "policy", "episodes",
     *(f"{c}_{k}" for c in COLUMNS for k in ("wins", "games", "success_pct")),
     "mean_steps_won", "thoughts_per_episode", "thought_density", "invalid_action_rate",
-    *(f"failures_{f.value}" for f in Failure),
+    *(f"failures_{f.value}" for f in Failure), "false_claims",
     "tokens_per_episode", "time_per_episode",
 )
 
@@ -205,7 +211,7 @@ def _csv_row(g: GroupStats) -> dict[str, object]:
         pct = g.success(c)
         row |= {f"{c}_wins": g.wins[c], f"{c}_games": g.games[c],
                 f"{c}_success_pct": "" if pct is None else round(pct, 2)}
-    row |= {f"failures_{f}": n for f, n in g.failures.items()}
+    row |= {f"failures_{f}": n for f, n in g.failures.items()} | {"false_claims": g.false_claims}
     for key in ("mean_steps_won", "thoughts_per_episode", "thought_density", "invalid_action_rate",
                 "tokens_per_episode", "time_per_episode"):
         value = getattr(g, key)

@@ -26,6 +26,7 @@ class Failure(str, Enum):
     BUDGET = "budget"
     LOOP = "loop"
     INVALID_STREAK = "invalid_streak"
+    CYCLE = "cycle"
     ERROR = "error"
 
 
@@ -122,12 +123,35 @@ class Episode:
 
 def classify_failure(episode: Episode, ended_by: Failure) -> Failure:
     """Name a failed episode: an error or a loop as such; a budget ending whose last actions all
-    did nothing is an invalid-action streak."""
+    did nothing is an invalid-action streak, one whose last actions go round a cycle a cycle."""
     if ended_by is Failure.BUDGET:
         tail = episode.actions[-INVALID_STREAK:]
         if len(tail) == INVALID_STREAK and all(a.observation == NOTHING_HAPPENS for a in tail):
             return Failure.INVALID_STREAK
+        if ending_cycle(episode):
+            return Failure.CYCLE
     return ended_by
+
+
+def ending_cycle(episode: Episode) -> list[str] | None:
+    """The commands the episode's last actions go round (`go to A`, `go to B`, ...), when the last
+    two turns of a cycle of two or more different commands were the same commands with the same
+    observations (the A–B–A–B the three-repeats loop rule misses); thoughts between them do not
+    count. None when the episode does not end so."""
+    acts = [(a.text, a.observation) for a in episode.actions]
+    for period in range(2, len(acts) // 2 + 1):
+        turn = acts[-period:]
+        if acts[-2 * period:-period] == turn and len(set(turn)) > 1:
+            return [command for command, _ in turn]
+    return None
+
+
+def failure_class(episode: Episode) -> Failure | None:
+    """The episode's failure class by today's rules, from its record alone (a budget ending
+    recorded before a class existed is classified again)."""
+    if episode.failure in (Failure.BUDGET, Failure.INVALID_STREAK, Failure.CYCLE):
+        return classify_failure(episode, Failure.BUDGET)
+    return episode.failure
 
 
 def append_episode(path: str | Path, episode: Episode) -> None:

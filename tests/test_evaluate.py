@@ -93,7 +93,7 @@ def test_random_baseline_records_budget_failures(tmp_path, bundled_unseen):
     episodes = evaluate(bundled_unseen[:4], RandomPolicy(0), ["act", "dense"], rules=LoopRules(max_steps=6),
                         progress=False)
     assert len(episodes) == 8 and not any(e.won for e in episodes)
-    assert {e.failure for e in episodes} <= {Failure.BUDGET, Failure.LOOP, Failure.INVALID_STREAK}
+    assert {e.failure for e in episodes} <= {Failure.BUDGET, Failure.LOOP, Failure.INVALID_STREAK, Failure.CYCLE}
 
 
 def test_two_workers_play_the_same_episodes_as_one(bundled_unseen):

@@ -39,13 +39,13 @@ REPO = Path(__file__).resolve().parents[1]
 # Every module of the package, lowest first: a module imports only modules before it.
 LAYERS = [
     "errors", "lines", "tasks", "bundled", "disk_cache", "transcript",
-    "trajectory", "rhythms", "cards", "games", "games.files", "engine_cache",
+    "trajectory", "claims", "rhythms", "cards", "games", "games.files", "engine_cache",
     "games.catalog", "engine", "prompts", "report",
     "env", "planner", "games.generate", "policies.search_order",
     "agent",
     "policies.base", "policies.expert", "policies.random_admissible", "policies.scripted", "policies.attention", "policies.hf",
     "policies.shipped", "policies",
-    "evaluate", "resume", "export", "finetune", "ablation",
+    "evaluate", "resume", "export", "relabel", "finetune", "ablation",
     "view.links", "view.records", "view.pages", "view.render", "view.steer", "view.app", "view.static", "view",
     "cli", "",
 ]

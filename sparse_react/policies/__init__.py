@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from sparse_react.policies.base import PolicyError
-from sparse_react.policies.expert import ExpertPolicy, SearchingExpertPolicy
+from sparse_react.policies.expert import ExpertPolicy, RelabellingExpertPolicy, SearchingExpertPolicy
 from sparse_react.policies.random_admissible import RandomPolicy
 from sparse_react.policies.scripted import ScriptedPolicy
 
-POLICY_NAMES = ("hf", "hf:base", "hf:MODEL", "expert", "search-expert", "random", "scripted:FILE")
+POLICY_NAMES = ("hf", "hf:base", "hf:MODEL", "expert", "search-expert", "relabel-expert", "random", "scripted:FILE")
 BASE_MODEL = "base"  # `--model base`: the untuned embedded SmolLM2-135M-Instruct
 
 
@@ -17,7 +17,8 @@ def make_policy(spec: str, seed: int = 0, **model_settings):
     """A policy from its command-line name: `hf` (the shipped trained adapter of each episode's
     rhythm), `hf:base` (the untuned embedded model), `hf:MODEL` (a local model folder, adapter
     folder or .gguf file), `expert` (knows where everything is), `search-expert` (searches
-    likely places first), `random` or `scripted:FILE` (one line per turn).
+    likely places first), `relabel-expert` (the search expert from what the episode showed, never
+    the planner), `random` or `scripted:FILE` (one line per turn).
     `model_settings` go to HFPolicy (action_mode, device, dtype, temperature, ...)."""
     if spec.startswith("hf"):
         # torch and transformers load only when a model policy is asked for: the others start in a blink
@@ -33,6 +34,8 @@ def make_policy(spec: str, seed: int = 0, **model_settings):
         return ExpertPolicy()
     if spec == "search-expert":
         return SearchingExpertPolicy()
+    if spec == "relabel-expert":
+        return RelabellingExpertPolicy()
     if spec == "random":
         return RandomPolicy(seed)
     if spec.startswith("scripted:"):

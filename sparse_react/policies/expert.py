@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from sparse_react.agent import Context
+from sparse_react.claims import found_claims, shown
 from sparse_react.lines import NOTHING_HAPPENS, THINK_PREFIX, Kind, thought_line
 from sparse_react.planner import Planner
 from sparse_react.policies.base import LinePolicy
@@ -350,3 +351,245 @@ class SearchingExpertPolicy(ExpertPolicy):
         kinds = list(dict.fromkeys(r.rpartition(" ")[0] for r in order))
         return (f"{_a(kind).capitalize()} is more likely to appear in/on {', '.join(kinds[:5])}. "
                 f"I'll check them one by one, starting with {order[0]}.")
+
+
+def _kind(name: str) -> str:
+    return name.rpartition(" ")[0]
+
+
+@dataclass(frozen=True)
+class Label:
+    """The line(s) a good agent writes next from a state: a thought where one is due, then the action."""
+
+    thought: str | None
+    action: str
+
+
+@dataclass
+class History:
+    """Everything an episode's lines have shown, beyond `SearchState`: when each place was last
+    visited, where the held object came from, what has been transformed and placed."""
+
+    state: SearchState
+    progress: Progress
+    last_visit: dict[str, int] = field(default_factory=dict)
+    taken_from: str | None = None
+    placed: dict[str, str] = field(default_factory=dict)  # the task's objects put in/on a goal receptacle -> where
+    last_thought: str | None = None
+    last_is_thought: bool = False
+    last_action: str | None = None
+    surprise: bool = False
+
+
+class RelabellingExpertPolicy(SearchingExpertPolicy):
+    """The search expert, writing from any state of any episode (a model's too) only what its
+    history has shown: the places looked in, what was seen there, what is held.
+
+    Unlike the search expert it never asks the planner (which knows where hidden objects are): with
+    every likely place searched it looks in the others, then again in those seen longest ago. It
+    puts down an object the task does not need, and counts only the task's own objects as taken,
+    transformed or placed. Its thoughts add what an agent dropped mid-episode needs: a correction
+    when the last thought claims an object no observation showed, a new plan after a detour (the
+    last action was not the one this expert would have chosen), and where to look next and why.
+    `label` answers for one state without playing; as a policy it plays from wherever it is handed
+    control.
+    """
+
+    name = "relabel-expert"
+
+    def begin(self, context: Context) -> None:
+        super().begin(context)
+        self._receptacles = _receptacles_in(context.first_observation)
+        self._places = ranked_kinds(self._obj, [_kind(r) for r in self._receptacles])[:4]
+        self._admissible_before: dict[int, list[str]] = {}  # admissible commands by actions sent so far
+
+    def next_line(self, context: Context, admissible: Sequence[str]) -> str:
+        sent = len(context.actions)
+        self._admissible_before.setdefault(sent, list(admissible))
+        previous = self._admissible_before.get(sent - 1)
+        label = self.label(context.turns, admissible, previous, context.rhythm.expert_thoughts)
+        if label.thought and Kind.THOUGHT in context.allowed and self._thought_for != label.action:
+            self._thought_for = label.action
+            return thought_line(label.thought)
+        if Kind.ACTION not in context.allowed:
+            raise ExpertError(f"rhythm {context.rhythm.name!r} wants a thought the expert has none for")
+        self._thought_for = None
+        return label.action
+
+    # -- one state ---------------------------------------------------------------------------
+    def label(self, turns: Sequence[tuple[str, str]], admissible: Sequence[str],
+              admissible_before: Sequence[str] | None = None,
+              style: ExpertThoughts = ExpertThoughts.KEY_MOMENTS) -> Label:
+        """The next line(s) from the state `turns` lead to. `admissible_before` (the commands the
+        game offered before the last action) lets it tell a detour from its own plan."""
+        history = self._read(turns)
+        action = self._action(admissible)
+        phase = self._current_phase()
+        if style is ExpertThoughts.NONE:
+            return Label(None, action)
+        if style is ExpertThoughts.GOAL_AND_SUBGOAL and history.last_is_thought:
+            return Label(None, action)
+        if style is ExpertThoughts.GOAL_AND_SUBGOAL:
+            return Label(f"Goal: {self._decomposition()}. Current subgoal: {phase}.", action)
+        thought = self._due_thought(turns, history, phase, action, admissible_before)
+        if style is ExpertThoughts.KEY_MOMENTS_ELSE_WHY and thought is None and not history.last_is_thought:
+            self._phase = phase
+            thought = self._why(action)
+        return Label(thought, action)
+
+    def _due_thought(self, turns, history: History, phase: str, action: str,
+                     admissible_before: Sequence[str] | None) -> str | None:
+        if not turns:
+            return self._opening()
+        wrong = history.last_thought and false_belief(history.last_thought, turns)
+        if history.last_is_thought:
+            return self._correction(wrong, phase) if wrong else None
+        if wrong:
+            return self._correction(wrong, phase)
+        if history.surprise:
+            return f"That did nothing. I still need to {phase}; I'll try another way."
+        self._read(turns[:_last_action_index(turns)])
+        earlier_phase = self._current_phase()
+        try:
+            planned = self._action(admissible_before) if admissible_before is not None else history.last_action
+        except ExpertError:
+            planned = None
+        self._read(turns)
+        if earlier_phase != phase:  # a subgoal done, on the plan or by a detour that found the thing
+            self._phase = earlier_phase
+            return self._new_phase(phase)
+        if planned != history.last_action:
+            return self._replan(phase)
+        return None
+
+    # -- thoughts ----------------------------------------------------------------------------
+    def _correction(self, kind: str, phase: str) -> str:
+        if any(_kind(name) == kind for name in self._state.seen) or (self._state.held or "").startswith(kind + " "):
+            return f"I was wrong: the {kind} I named has not appeared anywhere I have looked. " + self._replan(phase)
+        return f"I was wrong: I have not found {_a(kind)}; none has appeared anywhere I have looked. " + self._replan(phase)
+
+    def _replan(self, phase: str) -> str:
+        """The plan again from here: what is still to do, and where to look next and why."""
+        s = self._state
+        if s.held and _kind(s.held) != self._obj:
+            return f"I am holding the {s.held}, which the task does not need. I'll put it down, then {phase}."
+        if phase.startswith("take the "):
+            name, place = phase.removeprefix("take the ").split(" from the ")
+            there = "It is here; I'll take it." if s.location == place else "I'll go there and take it."
+            return f"I have seen {_a(self._obj)} ({name}) in/on the {place}. {there}"
+        if phase.startswith("turn on the "):
+            lamp = phase.removeprefix("turn on the ")
+            there = "It is here" if s.location == s.seen.get(lamp) else "I'll go there"
+            return f"I have seen the {self._target} ({lamp}) in/on the {s.seen.get(lamp)}. {there}; I'll turn it on."
+        if phase.startswith("find "):
+            kind = self._wanted() or self._obj
+            looked = [r for r in search_order(kind, self._receptacles) if r in s.searched]
+            done = f"I have already looked in/on {', '.join(looked)}. " if looked else ""
+            return f"I still need to {phase}. {done}{self._search_for(kind)}"
+        return f"I still need to {phase}. I'll go on from here."
+
+    # -- actions -----------------------------------------------------------------------------
+    def _action(self, admissible: Sequence[str]) -> str:
+        s = self._state
+        if s.held and _kind(s.held) != self._obj:
+            return self._put_down(admissible)
+        command = self._search_command(admissible) or self._finish_command(admissible)
+        if command and command in admissible:
+            return command
+        if command and command.startswith("go to "):  # places that share a spot (a desk and its drawers): no `go to`
+            here, s.location = s.location, command.removeprefix("go to ")
+            there = self._search_command(admissible) or self._finish_command(admissible)
+            s.location = here
+            if there in admissible:
+                return there
+        kind = self._wanted()
+        if kind is not None and not self._found(kind):
+            return self._search_anywhere(kind, admissible)
+        raise ExpertError(f"no command from what the history shows ({command!r} is not admissible)")
+
+    def _put_down(self, admissible: Sequence[str]) -> str:
+        s = self._state
+        here = f"move {s.held} to {s.location}"
+        if here in admissible:
+            return here
+        if s.location and f"open {s.location}" in admissible:
+            return f"open {s.location}"
+        back = f"go to {self._history.taken_from}"
+        if back in admissible:
+            return back
+        raise ExpertError(f"cannot put down the {s.held} from what the history shows")
+
+    def _search_anywhere(self, kind: str, admissible: Sequence[str]) -> str:
+        """Past the likely places: the others never searched, then every place again, the one seen
+        longest ago first (the agent may have moved things, or seen a place while it was closed)."""
+        s, ranked = self._state, search_order(kind, self._receptacles)
+        places = ranked + [r for r in self._receptacles if r not in ranked]
+        unseen = [r for r in places if r not in s.searched]
+        again = sorted((r for r in places if r != s.location), key=lambda r: self._history.last_visit.get(r, -1))
+        for place in unseen + again:
+            if f"go to {place}" in admissible:
+                return f"go to {place}"
+        raise ExpertError(f"nowhere left to look for {_a(kind)}")
+
+    def _first(self, kind: str) -> str | None:
+        """As the search expert's, except that the goal receptacle is the one the task's objects
+        were already put in (a second object must join the first)."""
+        history = getattr(self, "_history", None)
+        if kind == self._target and history and history.placed:
+            return next(iter(history.placed.values()))
+        return super()._first(kind)
+
+    def _found(self, kind: str) -> tuple[str, str] | None:
+        placed = self._history.placed
+        for name, place in self._state.seen.items():
+            if _kind(name) == kind and name not in placed and place != self._target_place():
+                return name, place
+        return None
+
+    # -- reading the history -----------------------------------------------------------------
+    def _read(self, turns: Sequence[tuple[str, str]]) -> History:
+        """Set the expert's state to what `turns` show (and return it)."""
+        state = _search_state(turns)
+        history = History(state, Progress())
+        placed = history.placed
+        transformed: set[str] = set()
+        for step, (line, observation) in enumerate(turns):
+            verb, _, rest = line.partition(" ")
+            if verb.lower() == THINK_PREFIX:
+                history.last_thought, history.last_is_thought = line.partition(" ")[2], True
+                continue
+            history.last_is_thought, history.last_action = False, line
+            history.surprise = observation == NOTHING_HAPPENS
+            if history.surprise:
+                continue
+            if verb == "go":
+                history.last_visit[rest.removeprefix("to ")] = step
+            elif verb == "take":
+                name, _, history.taken_from = rest.partition(" from ")
+                placed.pop(name, None)
+            elif verb == "move":
+                name, _, place = rest.partition(" to ")
+                if _kind(name) == self._obj and _kind(place) == self._target:
+                    placed[name] = place
+            elif verb in TRANSFORM_VERBS:
+                transformed.add(rest.partition(" with ")[0])
+        if state.held:
+            state.seen.pop(state.held, None)
+        holding = state.held is not None and _kind(state.held) == self._obj
+        history.progress = Progress(holding, holding and state.held in transformed, len(placed))
+        self._state, self._progress, self._history = state, history.progress, history
+        return history
+
+
+def _last_action_index(turns: Sequence[tuple[str, str]]) -> int:
+    return max((i for i, (line, _) in enumerate(turns) if not line.lower().startswith(THINK_PREFIX)), default=0)
+
+
+def false_belief(thought: str, turns: Sequence[tuple[str, str]]) -> str | None:
+    """The kind of object a thought claims found that no observation of `turns` has shown, else None
+    (an object shown since, even elsewhere, needs no correction: the plan says where it is)."""
+    observations = [o for line, o in turns if not line.lower().startswith(THINK_PREFIX)]
+    for claim in found_claims(thought):
+        if not shown(claim.name, observations):
+            return claim.kind
+    return None

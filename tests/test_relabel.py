@@ -1,0 +1,246 @@
+"""The relabelling expert on real episodes of the shipped sparse model (tests/data/model_episodes.jsonl:
+five lost bundled valid_unseen episodes, most ending in a cycle, one Look episode claiming a laptop
+that was never seen, and two won ones): handed control at their states it wins, and its labels
+name nothing the history has not shown."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparse_react.agent import run_episode
+from sparse_react.env import HouseholdEnv
+from sparse_react.export import episode_messages
+from sparse_react.lines import Kind
+from sparse_react.policies.scripted import ScriptedPolicy
+from sparse_react.relabel import RelabelError, hand_over, relabel_episode, relabelled_examples, relabel_runs
+from sparse_react.trajectory import Episode, read_episodes
+
+DATA = Path(__file__).parent / "data" / "model_episodes.jsonl"
+ENTITY = re.compile(r"\b([a-z]+ \d+)\b")
+
+
+@pytest.fixture(scope="module")
+def episodes() -> list[Episode]:
+    return read_episodes(DATA)
+
+
+@pytest.fixture(scope="module")
+def labelled(episodes):
+    return [(episode, relabel_episode(episode)) for episode in episodes]
+
+
+def named(episodes, game_part: str) -> Episode:
+    return next(e for e in episodes if game_part in e.settings["game_name"])
+
+
+def test_fixture_is_real_model_records(episodes):
+    assert len(episodes) == 7 and {e.policy for e in episodes} == {"hf"}
+    lost = [e for e in episodes if not e.won]
+    assert len(lost) == 5 and all(len(e.entries) == 50 for e in lost)
+
+
+def test_handed_control_at_states_of_lost_episodes_the_expert_wins(episodes):
+    for episode in (e for e in episodes if not e.won):
+        every = 2 if "Plate-None-FloorLamp" in episode.settings["game_name"] else 9  # most states of an A–B cycle
+        for step in range(1, len(episode.entries) + 1, every):
+            handed = hand_over(episode, step)
+            assert handed.settings["handed_over"]["mismatches"] == []
+            assert handed.won, f"{episode.settings['game_name']} handed over at step {step}: {handed.failure}"
+            expert_lines = handed.entries[step - 1:]
+            assert all(e.mode == "relabel-expert" for e in expert_lines)
+
+
+def test_no_label_names_an_object_the_history_has_not_shown(labelled):
+    checked = 0
+    for episode, states in labelled:
+        assert [s.step for s in states] == [e.step for e in episode.entries]
+        for state in states:
+            shown = episode.initial_observation + "".join(e.observation for e in episode.entries[: state.step - 1])
+            for line in state.lines:
+                for name in ENTITY.findall(line):
+                    assert re.search(rf"\b{name}\b", shown), f"step {state.step}: {line!r} names unseen {name}"
+                    checked += 1
+    assert checked > 300
+
+
+def test_labels_correct_a_false_claim_and_replan_after_detours(episodes, labelled):
+    laptop = named(episodes, "Laptop-None-DeskLamp-g303")
+    states = next(s for e, s in labelled if e is laptop)
+    claim = laptop.entries[10]
+    assert claim.kind is Kind.THOUGHT and "laptop 1" in claim.text and "laptop" not in laptop.entries[9].observation
+    after = states[11].label  # the state after the claim and one more action
+    assert after.thought.startswith("I was wrong: I have not found a laptop") and "laptop 1" not in after.thought
+    plate = named(episodes, "Plate-None-FloorLamp")
+    cycle = [e.text for e in plate.actions[-4:]]
+    assert cycle[:2] == cycle[2:] and cycle[0] != cycle[1]  # the record ends going A–B–A–B
+    last = next(s for e, s in labelled if e is plate)[-1].label
+    assert last.thought.startswith("I have seen the floorlamp (floorlamp 1) in/on the armchair 2")
+    assert last.action == "go to armchair 2" and last.action not in cycle
+    pencil = named(episodes, "Pencil-None-FloorLamp")
+    last = next(s for e, s in labelled if e is pencil)[-1].label
+    assert "I have already looked in/on armchair 1" in last.thought and last.action not in [e.text for e in pencil.actions[-6:]]
+    won = named(episodes, "AlarmClock")  # the model followed the search expert's plan, its opening garbled
+    states = next(s for e, s in labelled if e is won)
+    assert [s.recorded for s in states[1:]] == [s.lines[0] for s in states[1:]]
+    assert "sidetable 9" in states[0].recorded and states[0].label.thought.endswith("starting with desk 1.")
+
+
+def test_labels_follow_the_rhythm(episodes):
+    """An act episode (the model's actions replayed without thoughts) gets actions only; a dense one
+    a thought before each action; both hand over to wins."""
+    lost = named(episodes, "ButterKnife")
+    actions = [e.text for e in lost.actions][:12]
+    game = relabel_game(lost)
+    for rhythm, lines in (("act", actions), ("dense", [l for a in actions for l in (f"think: I'll {a}.", a)])):
+        record = run_episode(HouseholdEnv([game]), ScriptedPolicy(lines), game, rhythm)
+        states = relabel_episode(record, game)
+        if rhythm == "act":
+            assert all(s.label.thought is None for s in states)
+        else:
+            after_action = [s for s in states if s.step > 1 and record.entries[s.step - 2].kind is Kind.ACTION]
+            assert after_action and all(s.label.thought for s in after_action)
+        assert hand_over(record, len(record.entries) // 2 + 1, game).won
+
+
+def relabel_game(episode):
+    from sparse_react.relabel import episode_game
+
+    return episode_game(episode)
+
+
+def test_examples_train_only_on_labels(episodes, labelled):
+    episode, states = next((e, s) for e, s in labelled if not e.won)
+    examples = relabelled_examples(episode, states, "model")
+    assert len(examples) == len(states) == 50
+    recorded = episode_messages(episode)
+    for example, state in zip(examples, states):
+        messages = example["messages"]
+        context = messages[: 1 + 2 * (state.step - 1)]
+        assert [m["content"] for m in context] == [m["content"] for m in recorded[: len(context)]]
+        assert all(m["train"] is False for m in context if m["role"] == "assistant")
+        label = [m for m in messages[len(context):] if m["role"] == "assistant"]
+        assert [m["content"] for m in label] == state.lines and all(m["train"] for m in label)
+        assert example["policy"] == "relabel-expert" and example["state_step"] == state.step
+
+
+def test_relabel_command_writes_data_and_refuses_evaluation_games(tmp_path):
+    out = tmp_path / "data.jsonl"
+    cli = [sys.executable, "-m", "sparse_react.cli", "relabel", str(DATA), "--out", str(out)]
+    refused = subprocess.run(cli, capture_output=True, text=True)
+    assert refused.returncode == 2 and "evaluation games" in refused.stderr and not out.exists()
+    done = subprocess.run([*cli, "--exclude", "", "--lost-only"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 250 and f"wrote 250 examples from 5 episodes" in done.stdout
+
+
+def test_a_record_whose_game_is_gone_is_named(episodes, tmp_path):
+    data = episodes[0].to_dict()
+    data["game"], data["settings"]["game_name"] = str(tmp_path / "nowhere" / "game.json"), "no-such-game/trial_1"
+    (tmp_path / "gone.jsonl").write_text(json.dumps(data) + "\n")
+    summary = relabel_runs([tmp_path / "gone.jsonl"], tmp_path / "out.jsonl", exclude=())
+    assert summary.examples == 0 and len(summary.unlabelled) == 1 and "no-such-game" in summary.unlabelled[0]
+    with pytest.raises(RelabelError, match="nowhere.*no-such-game"):
+        relabel_episode(Episode.from_dict(data))
+
+
+def test_finetune_learns_only_the_label_lines(episodes, labelled, tmp_path):
+    pytest.importorskip("torch")
+    from transformers import AutoTokenizer
+
+    from sparse_react.finetune import tokenize_example
+    from tiny import tiny_model
+
+    tiny_model(tmp_path / "tiny", chat=True)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tiny")
+    episode, states = next((e, s) for e, s in labelled if not e.won)
+    for example, state in list(zip(relabelled_examples(episode, states), states))[10:13]:
+        row = tokenize_example(tokenizer, example["messages"], chat=True, max_length=100_000)
+        learned = tokenizer.decode([t for t, label in zip(row["input_ids"], row["labels"]) if label != -100])
+        assert learned.split() == " ".join(state.lines).split()
+
+
+def test_a_record_made_elsewhere_finds_its_game_by_name(episodes):
+    from sparse_react.relabel import episode_game
+
+    moved = Episode.from_dict(episodes[0].to_dict())
+    moved.game = str(Path("/elsewhere") / episodes[0].settings["game_name"] / Path(episodes[0].game).name)
+    assert episode_game(moved).name == episodes[0].settings["game_name"] and episode_game(moved).path.is_file()
+
+
+def test_real_alfworld_model_episode_relabels_and_hands_over(alfworld_json):
+    """Lost ALFWorld valid_seen episodes of the shipped model (one cycling between two places, one
+    claiming objects it never saw, one in a room whose desk holds its drawers), their games found
+    under ALFWORLD_DATA by name."""
+    from sparse_react.claims import contradicted_claims
+    from sparse_react.trajectory import ending_cycle
+
+    cycling, claiming, shared_spot = read_episodes(Path(__file__).parent / "data" / "model_episodes_alfworld.jsonl")
+    assert len(ending_cycle(cycling)) == 2 and len(contradicted_claims(claiming)) == 5
+    # a drawer inside the desk: from drawer 1 the game offers `take cd 2 from desk 1` but no `go to desk 1`
+    assert shared_spot.entries[9].text == "go to drawer 1" and "cd 2" in shared_spot.entries[3].observation
+    assert relabel_episode(shared_spot)[11].label.action == "take cd 2 from desk 1"
+    for record in (cycling, claiming):
+        record.game = str(Path("/elsewhere") / record.settings["game_name"] / Path(record.game).name)
+        states = relabel_episode(record)
+        assert len(states) == len(record.entries) and not record.won
+        for step in (1, len(record.entries) // 2, len(record.entries)):
+            assert hand_over(record, step).won, (record.settings["game_name"], step)
+
+
+@pytest.mark.parametrize("rhythm", ["sparse", "dense", "im", "act"])
+def test_relabel_expert_plays_whole_games_from_what_it_has_seen(rhythm):
+    from sparse_react.evaluate import evaluate
+    from sparse_react.games.catalog import find_games
+    from sparse_react.policies import make_policy
+    from sparse_react.tasks import TaskType
+
+    games = [g for t in TaskType for g in find_games("train", task_types=[t])[:2]]
+    played = evaluate(games, make_policy("relabel-expert"), rhythm, progress=False)
+    assert [e.settings["game_name"] for e in played if not e.won] == []
+    for episode in played:
+        shown = episode.initial_observation
+        for entry in episode.entries:
+            if entry.kind is Kind.ACTION and entry.text.startswith(("take ", "use ")):
+                name = entry.text.split(" ", 1)[1].partition(" from ")[0]
+                assert f" {name}" in shown, f"{episode.game}: {entry.text!r} before seeing {name}"
+            shown += "\n" + entry.observation
+
+
+def test_an_object_the_task_does_not_need_is_put_down_first(episodes):
+    """An act episode that took the wrong thing (a book for an alarm clock task), on the real game."""
+    won = named(episodes, "AlarmClock")
+    game = relabel_game(won)
+    record = run_episode(HouseholdEnv([game]), ScriptedPolicy(["go to desk 1", "take book 1 from desk 1"]), game, "sparse")
+    assert record.entries[-1].observation == "You pick up the book 1 from the desk 1."
+    state = relabel_episode(record, game)[-1]
+    assert state.label.action == "take alarmclock 1 from desk 1"  # before the mistake: the alarm clock is the one
+    handed = hand_over(record, len(record.entries) + 1, game)  # after the mistake
+    after = [e.text for e in handed.entries[len(record.entries):] if e.kind is Kind.ACTION]
+    assert handed.won and after[0] == "move book 1 to desk 1" and "take alarmclock 1 from desk 1" in after
+
+
+def test_relabelling_many_states_loads_the_planner_library_once(episodes):
+    """Each new engine maps its own copy of fast-downward's 33 MB library, freed only when the
+    process ends: thousands of hand-overs once filled the disk."""
+    maps = Path("/proc/self/maps")
+    if not maps.exists():
+        pytest.skip("no /proc/self/maps on this system")
+
+    def copies() -> int:
+        # a mapped file's path (`... /tmp/tmpXXXX/libdownward.so (deleted)`) is the sixth field
+        return len({line.split(maxsplit=5)[-1] for line in maps.read_text().splitlines() if "libdownward" in line})
+
+    lost = [e for e in episodes if not e.won]
+    hand_over(lost[0], 1)
+    before = copies()
+    for episode in lost:
+        relabel_episode(episode)
+        hand_over(episode, 25)
+    assert copies() == before
