@@ -11,7 +11,7 @@ from typing import Sequence
 
 from sparse_react.report import run_labels
 from sparse_react.evaluate import SETTINGS_FILE
-from sparse_react.trajectory import EPISODES_FILE, Episode, RecordError
+from sparse_react.trajectory import EPISODES_FILE, Episode, RecordError, failure_class
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,9 @@ def read_run(index: int, source: RunSource) -> Run:
             run.bad.append(BadLine(number, f"{source.record}, line {number}: still being written"))
             continue
         try:
-            run.episodes.append(Episode.from_dict(json.loads(line)))
+            episode = Episode.from_dict(json.loads(line))
+            episode.failure = failure_class(episode)  # a record made before a class existed, by today's rules
+            run.episodes.append(episode)
             run.lines.append(number)
         except (json.JSONDecodeError, RecordError, TypeError, ValueError, KeyError, AttributeError) as exc:
             run.bad.append(BadLine(number, f"{source.record}, line {number}: not an episode record ({exc})"))
