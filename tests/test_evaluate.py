@@ -21,7 +21,8 @@ from sparse_react.trajectory import Failure, read_episodes
 from doubles import DiesOn
 
 EVAL = [sys.executable, "-m", "sparse_react.cli", "eval", "--games", "valid_unseen", "--policy", "random",
-        "--rhythms", "act,sparse", "--limit", "10", "--max-steps", "30"]
+        "--rhythms", "act,sparse", "--limit", "30", "--max-steps", "30"]
+TOTAL = 60  # episodes in EVAL: enough that a signal sent after the fourth lands before the last
 
 
 def keys(episodes):
@@ -40,13 +41,13 @@ def test_killed_eval_resumes_without_losing_or_repeating(tmp_path, sig, workers)
     _, err = proc.communicate(timeout=60)
     before = episodes.read_text()
     finished = before.count("\n")
-    assert 4 <= finished < 20, "the run should have been stopped part-way"
+    assert 4 <= finished < TOTAL, "the run should have been stopped part-way"
     if sig == signal.SIGINT:
         assert proc.returncode == 130 and "rerun the same command" in err and "Traceback" not in err
     result = subprocess.run([*EVAL, "--out", str(run)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     after = read_episodes(episodes)
-    assert len(after) == 20 and len(set(keys(after))) == 20
+    assert len(after) == TOTAL and len(set(keys(after))) == TOTAL
     assert episodes.read_text().startswith(before[: before.rfind("\n") + 1])  # finished ones kept as written
 
 
