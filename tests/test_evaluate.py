@@ -32,7 +32,10 @@ def keys(episodes):
 @pytest.mark.parametrize("sig,workers", [(signal.SIGKILL, "1"), (signal.SIGINT, "1"), (signal.SIGKILL, "2")])
 def test_killed_eval_resumes_without_losing_or_repeating(tmp_path, sig, workers):
     run = tmp_path / "run"
-    proc = subprocess.Popen([*EVAL, "--out", str(run), "--workers", workers], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # as from a shell: Ctrl-C not ignored, whatever this test process inherited (an ignored signal survives exec)
+    proc = subprocess.Popen([*EVAL, "--out", str(run), "--workers", workers], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     episodes = run / EPISODES_FILE
     deadline = time.time() + 120
     while time.time() < deadline and (not episodes.exists() or episodes.read_text().count("\n") < 4):
