@@ -100,7 +100,6 @@ class _LabellingReplay:
     def start(self, context: Context) -> None:
         self._expert = RelabellingExpertPolicy()
         self._expert.begin(context)
-        self._admissible: dict[int, list[str]] = {}
 
     def end(self, context: Context) -> None:
         pass
@@ -113,11 +112,8 @@ class _LabellingReplay:
         if done and context.turns[-1][1] != self.entries[done - 1].observation:
             raise RelabelError(f"step {done}: the game answered {context.turns[-1][1]!r}, the record "
                                f"{self.entries[done - 1].observation!r}")
-        sent = len(context.actions)
-        self._admissible.setdefault(sent, list(admissible))
         entry = self.entries[done]
-        label = self._expert.label(context.turns, admissible, self._admissible.get(sent - 1),
-                                   context.rhythm.expert_thoughts)
+        label = self._expert.label_state(context, admissible)
         if Kind.THOUGHT not in context.allowed:
             label = Label(None, label.action)
         line = thought_line(entry.text) if entry.kind is Kind.THOUGHT else entry.text

@@ -16,6 +16,7 @@ from sparse_react.env import HouseholdEnv
 from sparse_react.policies.scripted import ScriptedPolicy
 from sparse_react.relabel import episode_game
 from sparse_react.report import load_runs, markdown_report, summarize, write_report
+from sparse_react.view.pages import entry_views
 from sparse_react.trajectory import Failure, append_episode, ending_cycle, failure_class, read_episodes
 
 DATA = Path(__file__).parent / "data" / "model_episodes.jsonl"
@@ -34,6 +35,16 @@ def test_recorded_budget_endings_are_cycles(episodes):
     assert {e.failure for e in lost} == {Failure.BUDGET}  # as recorded, before the class existed
     assert [failure_class(e) for e in lost] == [Failure.CYCLE] * 5
     assert [failure_class(e) for e in every if e.won] == [None, None]
+
+
+def test_the_episode_page_marks_the_rounds_of_an_ending_cycle(episodes):
+    from sparse_react.view.records import RunSet
+
+    (run,) = RunSet([DATA]).runs()  # the view reads records by today's classes
+    plate = next(e for e in run.episodes if e.settings["game_name"] == episodes["Plate"].settings["game_name"])
+    assert plate.failure is Failure.CYCLE
+    marked = [v.entry.text for v in entry_views(plate) if v.in_loop]
+    assert marked == [a.text for a in plate.actions[-4:]] and set(marked) == {"go to diningtable 1", "go to diningtable 2"}
 
 
 def test_found_claims_the_record_contradicts(episodes):

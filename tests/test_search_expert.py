@@ -13,16 +13,7 @@ from sparse_react.policies.search_order import main as rebuild_order, ranked_kin
 from sparse_react.rhythms import RHYTHMS
 from sparse_react.tasks import TaskType
 from sparse_react.lines import Kind
-
-
-def _assert_never_walks_to_hidden_objects(episode):
-    """Every object it takes or lamp it uses appeared in an earlier observation."""
-    shown = episode.initial_observation
-    for entry in episode.entries:
-        if entry.kind is Kind.ACTION and entry.text.startswith(("take ", "use ")):
-            name = entry.text.split(" ", 1)[1].partition(" from ")[0]
-            assert f" {name}" in shown, f"{episode.game}: {entry.text!r} before seeing {name}"
-        shown += "\n" + entry.observation
+from checks import assert_never_walks_to_hidden_objects
 
 
 @pytest.mark.parametrize("rhythm", list(RHYTHMS))
@@ -31,7 +22,7 @@ def test_search_expert_wins_bundled_games_in_every_rhythm(rhythm):
     episodes = evaluate(games, make_policy("search-expert"), rhythm, progress=False)
     assert [e.game for e in episodes if not e.won] == []
     for episode in episodes:
-        _assert_never_walks_to_hidden_objects(episode)
+        assert_never_walks_to_hidden_objects(episode)
     if rhythm == "sparse":
         first = episodes[0].entries[0]
         assert first.kind is Kind.THOUGHT and "one by one, starting with" in first.text
@@ -42,7 +33,7 @@ def test_search_expert_wins_real_alfworld_games(valid_seen_games):
     episodes = evaluate(sample, make_policy("search-expert"), "sparse", progress=False)
     assert [e.game for e in episodes if not e.won] == []
     for episode in episodes:
-        _assert_never_walks_to_hidden_objects(episode)
+        assert_never_walks_to_hidden_objects(episode)
     searched = sum(e.text.startswith("go to") for ep in episodes for e in ep.entries)
     assert searched > sum(1 for ep in episodes for e in ep.entries if e.text.startswith("take"))
 

@@ -404,10 +404,7 @@ class RelabellingExpertPolicy(SearchingExpertPolicy):
         self._admissible_before: dict[int, list[str]] = {}  # admissible commands by actions sent so far
 
     def next_line(self, context: Context, admissible: Sequence[str]) -> str:
-        sent = len(context.actions)
-        self._admissible_before.setdefault(sent, list(admissible))
-        previous = self._admissible_before.get(sent - 1)
-        label = self.label(context.turns, admissible, previous, context.rhythm.expert_thoughts)
+        label = self.label_state(context, admissible)
         if label.thought and Kind.THOUGHT in context.allowed and self._thought_for != label.action:
             self._thought_for = label.action
             return thought_line(label.thought)
@@ -417,6 +414,14 @@ class RelabellingExpertPolicy(SearchingExpertPolicy):
         return label.action
 
     # -- one state ---------------------------------------------------------------------------
+    def label_state(self, context: Context, admissible: Sequence[str]) -> Label:
+        """`label` for the state `context` has reached, in its rhythm's thought style; remembers
+        what the game offered before each action, to tell a detour from its own plan."""
+        sent = len(context.actions)
+        self._admissible_before.setdefault(sent, list(admissible))
+        return self.label(context.turns, admissible, self._admissible_before.get(sent - 1),
+                          context.rhythm.expert_thoughts)
+
     def label(self, turns: Sequence[tuple[str, str]], admissible: Sequence[str],
               admissible_before: Sequence[str] | None = None,
               style: ExpertThoughts = ExpertThoughts.KEY_MOMENTS) -> Label:

@@ -11,8 +11,7 @@ from urllib.parse import urlencode
 class ServerLinks:
     """Links inside the running app (steering allowed)."""
 
-    static: bool = False
-    steer_allowed: bool = True
+    static: bool = False  # a static export has no steering and no server-side filters
 
     def runs(self) -> str:
         return "/"
@@ -36,7 +35,6 @@ class StaticLinks:
     """Links between the files of a static export (no steering, no server-side filters)."""
 
     static: bool = True
-    steer_allowed: bool = False
 
     def runs(self) -> str:
         return "index.html"

@@ -13,7 +13,7 @@ from typing import Iterable
 from sparse_react.lines import NOTHING_HAPPENS, Kind
 from sparse_react.report import COLUMNS, MEASURES, GroupStats, measure_rows, success_rows, summarize, write_plots
 from sparse_react.tasks import TaskType
-from sparse_react.trajectory import Entry, Episode, Failure
+from sparse_react.trajectory import Entry, Episode, Failure, ending_cycle
 from sparse_react.view.records import Run
 
 OUTCOMES = ("won", "lost")
@@ -150,11 +150,14 @@ class EntryView:
 
 
 def entry_views(episode: Episode) -> list[EntryView]:
-    """Every entry, marking `Nothing happens.` and the repeated actions the loop check ended on."""
+    """Every entry, marking `Nothing happens.` and the repeated actions the loop check ended on (or
+    the rounds of the cycle it ended in)."""
     looped: set[int] = set()
     if episode.failure is Failure.LOOP:
         repeats = int(episode.settings.get("loop_repeats") or DEFAULT_LOOP_REPEATS)
         looped = {e.step for e in episode.entries[-repeats:]}
+    elif episode.failure is Failure.CYCLE and (cycle := ending_cycle(episode)):  # its last two rounds
+        looped = {e.step for e in episode.actions[-2 * len(cycle):]}
     return [EntryView(e, e.kind is Kind.ACTION and e.observation == NOTHING_HAPPENS, e.step in looped)
             for e in episode.entries]
 
