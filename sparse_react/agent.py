@@ -12,6 +12,7 @@ from importlib import metadata
 from typing import Callable, Generator, Protocol, Sequence
 
 from sparse_react.env import HouseholdEnv, ThinkWrapper
+from sparse_react.errors import UserError
 from sparse_react.games.catalog import GameRef
 from sparse_react.lines import Kind, kind_of, thought_text
 from sparse_react.prompts import variant_examples
@@ -95,6 +96,11 @@ class Decision:
 Request = tuple[Context, list[str]]  # what a policy is asked: an episode's context and the admissible commands
 
 
+class PolicyUnavailable(UserError):
+    """The policy can decide for no episode any more (its server stopped answering): the run stops,
+    keeping every finished episode, rather than recording the rest as errors."""
+
+
 class Policy(Protocol):
     """Writes the next line of live episodes: `think: ...` or a command.
 
@@ -125,6 +131,8 @@ def decide_all(policy: Policy, requests: Sequence[Request]) -> list[Decision | E
     is asked alone, so one bad episode spoils no other."""
     try:
         return list(policy.decide(requests))
+    except PolicyUnavailable:
+        raise
     except Exception as exc:
         if len(requests) == 1:
             return [exc]

@@ -27,9 +27,15 @@ BUG_REPORT = "this is a bug in sparse_react: please report it with the traceback
 POLICY_HELP = ("hf (the shipped trained agent of each rhythm: a LoRA adapter on the embedded SmolLM2-135M), "
                "expert, search-expert, relabel-expert, random or scripted:FILE.")
 MODEL_HELP = ("base (the untuned embedded SmolLM2-135M-Instruct), or a local model folder, adapter folder or .gguf "
-              "file (implies --policy hf).")
+              "file (implies --policy hf); with --endpoint, the name the server serves its model under.")
 ACTION_MODE_HELP = ("Model actions: scored (rank every admissible command), constrained (write one token by token "
                     "within the admissible ones) or free (generate); default: the model card's, else scored.")
+ENDPOINT_HELP = ("Base URL of an OpenAI-compatible server (vLLM, SGLang, llama.cpp, Ollama, transformers serve) "
+                 "whose model --model names plays; its key, if any, from $OPENAI_API_KEY.")
+API_HELP = ("With --endpoint: completions (this package's rendering; scored or free) or chat (the server's chat "
+            "template; free only).")
+TOKENIZER_HELP = ("With --endpoint and the completions API: a local model folder, .gguf file or base whose chat "
+                  "template frames the prompt's head (default: none, plain text).")
 DEFAULT_MODEL_BATCH = 16  # episodes decided together (benchmarks/bench_batch.py: 8 gave 1.95x one at a time)
 
 
@@ -163,6 +169,9 @@ def run(
     shots: Optional[int] = typer.Option(None, help="Model prompt examples: 2 or 0 (default: 2, or 0 for a model fine-tuned here)."),
     window: int = typer.Option(0, min=0, help="Model context: only the last N turns (0: the whole episode)."),
     device: str = typer.Option("auto", help="Model device: auto, cpu, cuda, ..."),
+    endpoint: Optional[str] = typer.Option(None, help=ENDPOINT_HELP),
+    api: str = typer.Option("completions", help=API_HELP),
+    tokenizer: Optional[str] = typer.Option(None, help=TOKENIZER_HELP),
     variant: int = typer.Option(0, help="Prompt variant 0-5 (which two examples, in which order)."),
     max_steps: int = typer.Option(50, help="Step budget (thoughts count)."),
     seed: int = typer.Option(0, help="Seed of the random policy."),
@@ -176,7 +185,8 @@ def run(
 
     refs = _games_with_index(game, index)
     rule = get_rhythm(rhythm)
-    chosen = _policy(policy, model, seed, action_mode, device, shots, window, rhythms=[rule.name])
+    chosen = _policy(policy, model, seed, action_mode, device, shots, window, rhythms=[rule.name],
+                     served={"endpoint": endpoint, "api": api, "tokenizer": tokenizer})
     env = HouseholdEnv(refs)
     typer.echo(typer.style(f"{refs[index].name} · {rule.name} · {chosen.name}", bold=True))
     episode = run_episode(env, chosen, refs[index], rule, variant, LoopRules(max_steps=max_steps), on_entry=_print_entry)
@@ -193,11 +203,14 @@ def run(
 
 
 def _policy(policy: str, model: Optional[str], seed: int, action_mode: Optional[str] = None, device: str = "auto",
-            shots: Optional[int] = None, window: int = 0, rhythms: Sequence[str] = ()):
-    """The policy, with every model it will play `rhythms` with loaded now (a bad model fails here, not mid-run)."""
+            shots: Optional[int] = None, window: int = 0, rhythms: Sequence[str] = (), served: Optional[dict] = None):
+    """The policy, with every model it will play `rhythms` with loaded now (a bad model fails here, not
+    mid-run); with `served["endpoint"]`, the model of that server (checked now too)."""
     from sparse_react.policies import make_policy
     from sparse_react.policies.shipped import ShippedPolicy
 
+    if served and served.get("endpoint"):
+        return make_policy("served", seed, model=model, action_mode=action_mode, shots=shots, window=window, **served)
     spec = f"hf:{model}" if model else policy
     settings = {"action_mode": action_mode, "device": device, "shots": shots, "window": window} \
         if spec.startswith("hf") else {}
@@ -267,12 +280,17 @@ def eval_(
                                                         "(one forward pass for all; default 16 for models, else 1)."),
     backend: str = typer.Option("local", help="local (this machine's processes) or ray."),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address (default: start a local Ray)."),
+    endpoint: Optional[str] = typer.Option(None, help=ENDPOINT_HELP),
+    api: str = typer.Option("completions", help=API_HELP),
+    tokenizer: Optional[str] = typer.Option(None, help=TOKENIZER_HELP),
+    concurrency: Optional[int] = typer.Option(None, min=1, help="With --endpoint: episodes in flight at once, their "
+                                              "requests sent together (default 16); the server batches them."),
 ) -> None:
     """Play every selected game once per rhythm and print the success table by task type."""
     import re
     from dataclasses import asdict
 
-    from sparse_react.agent import LoopRules
+    from sparse_react.agent import LoopRules, PolicyUnavailable
     from sparse_react.evaluate import RunSettings, evaluate
     from sparse_react.report import success_table
     from sparse_react.rhythms import get_rhythm
@@ -289,9 +307,16 @@ def eval_(
     refs = refs[:limit]
     if not refs:
         raise GameSetError(f"no game of {games} matches the selection")
-    chosen = _policy(policy, model, seed, action_mode, shots=shots, window=window, rhythms=names)
+    if endpoint and (workers > 1 or backend != "local"):
+        raise UserError("a served model plays in this process, its requests in flight together: use --concurrency "
+                        "rather than --workers or --backend ray")
+    if concurrency and not endpoint:
+        raise UserError("--concurrency is for a served model (--endpoint); a local model plays --batch episodes at once")
+    chosen = _policy(policy, model, seed, action_mode, shots=shots, window=window, rhythms=names,
+                     served={"endpoint": endpoint, "api": api, "tokenizer": tokenizer})
     rules = LoopRules(max_steps=max_steps)
-    settings = RunSettings(games, f"hf:{model}" if model else policy, tuple(names), tuple(variant_list),
+    name = f"served:{model}" if endpoint else f"hf:{model}" if model else policy
+    settings = RunSettings(games, name, tuple(names), tuple(variant_list),
                            asdict(rules), {"limit": limit, "task_types": task_types, "filter": filter},
                            chosen.spec())
     _INTERRUPTED[0] = (f"finished episodes are in {out}; rerun the same command to resume" if out
@@ -299,9 +324,11 @@ def eval_(
     try:
         episodes = evaluate(refs, chosen, names, variant_list, rules, run_dir=out, settings=settings, workers=workers,
                             backend=backend, ray_address=ray_address,
-                            batch=batch or (DEFAULT_MODEL_BATCH if chosen.batched else 1))
+                            batch=concurrency or batch or (DEFAULT_MODEL_BATCH if chosen.batched else 1))
     except KeyboardInterrupt:
         _interrupted()
+    except PolicyUnavailable as exc:
+        raise PolicyUnavailable(f"{exc}; {_INTERRUPTED[0]}") from None
     typer.echo(success_table(episodes, label=chosen.name, by_rhythm=True))
     for episode in episodes:
         if episode.error:

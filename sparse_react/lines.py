@@ -3,6 +3,7 @@ answers. The one place these literals live."""
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 
 THINK_PREFIX = "think:"
@@ -33,3 +34,16 @@ def thought_line(text: str) -> str:
 def thought_text(line: str) -> str:
     """The thought a `think: ...` line writes (without its label)."""
     return line.strip()[len(THINK_PREFIX):].strip()
+
+
+_LEADING = re.compile(r"^\s*(?:>\s*)*(?:(?:action|command)\s*:\s*)?", re.IGNORECASE)
+
+
+def normalise_action(text: str) -> str:
+    """A generated command as the game expects it: the first line, without a leading `>` or
+    `Action:` label, quotes, backticks or trailing punctuation, whitespace collapsed."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    line = _LEADING.sub("", line)
+    line = line.strip().strip("\"'`").strip()
+    line = line.rstrip(".!?;,:").strip().strip("\"'`").strip()
+    return " ".join(line.split())

@@ -41,3 +41,14 @@ def render(head: str, turns: Sequence[tuple[str, str]], window: int = 0, ask: bo
         spans.append((len(text), len(text) + len(line) + 2))
         text += f" {line}\n{answer}\n"
     return Transcript(text + PROMPT if ask else text, tuple(spans))
+
+
+def chat_messages(prefix: str, turns: Sequence[tuple[str, str]], window: int = 0) -> list[dict[str, str]]:
+    """The same episode as chat messages, for a server that applies its own chat template: the
+    prefix as the first user message, then each line as an assistant message and the game's answer
+    as the next user message (only the last `window` turns when `window > 0`). Like `render`, it only
+    grows from turn to turn, so a server's prefix cache keeps the earlier turns."""
+    messages = [{"role": "user", "content": prefix.rstrip("\n")}]
+    for line, answer in turns[-window:] if window > 0 else turns:
+        messages += [{"role": "assistant", "content": line}, {"role": "user", "content": answer}]
+    return messages

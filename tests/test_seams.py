@@ -44,7 +44,7 @@ LAYERS = [
     "env", "planner", "games.generate", "policies.search_order",
     "agent",
     "policies.base", "policies.expert", "policies.random_admissible", "policies.scripted", "policies.attention", "policies.hf",
-    "policies.shipped", "policies",
+    "policies.shipped", "policies.served", "policies",
     "evaluate", "resume", "export", "relabel", "finetune", "ablation",
     "view.links", "view.records", "view.pages", "view.render", "view.steer", "view.app", "view.static", "view",
     "cli", "",
@@ -52,6 +52,7 @@ LAYERS = [
 LAZY = {  # modules that import parts of the package inside functions, and why
     "cli": "each command loads only what it runs (torch for a model, not for `games list`)",
     "policies": "torch and transformers load only when a model policy is asked for",
+    "policies.served": "a served model needs no torch: transformers loads only for a local chat template",
 }
 
 

@@ -9,7 +9,7 @@ from sparse_react.policies.expert import ExpertPolicy, RelabellingExpertPolicy, 
 from sparse_react.policies.random_admissible import RandomPolicy
 from sparse_react.policies.scripted import ScriptedPolicy
 
-POLICY_NAMES = ("hf", "hf:base", "hf:MODEL", "expert", "search-expert", "relabel-expert", "random", "scripted:FILE")
+POLICY_NAMES = ("hf", "hf:base", "hf:MODEL", "served", "expert", "search-expert", "relabel-expert", "random", "scripted:FILE")
 BASE_MODEL = "base"  # `--model base`: the untuned embedded SmolLM2-135M-Instruct
 
 
@@ -18,8 +18,9 @@ def make_policy(spec: str, seed: int = 0, **model_settings):
     rhythm), `hf:base` (the untuned embedded model), `hf:MODEL` (a local model folder, adapter
     folder or .gguf file), `expert` (knows where everything is), `search-expert` (searches
     likely places first), `relabel-expert` (the search expert from what the episode showed, never
-    the planner), `random` or `scripted:FILE` (one line per turn).
-    `model_settings` go to HFPolicy (action_mode, device, dtype, temperature, ...)."""
+    the planner), `random` or `scripted:FILE` (one line per turn), `served` (a model on an
+    OpenAI-compatible server: `model_settings` name its endpoint and model).
+    `model_settings` go to HFPolicy (action_mode, device, dtype, temperature, ...) or ServedPolicy."""
     if spec.startswith("hf"):
         # torch and transformers load only when a model policy is asked for: the others start in a blink
         from sparse_react.policies.hf import HFPolicy
@@ -30,6 +31,12 @@ def make_policy(spec: str, seed: int = 0, **model_settings):
         if spec.startswith("hf:"):
             model = spec[3:]
             return HFPolicy(model=None if model == BASE_MODEL else model, seed=seed, **model_settings)
+    if spec == "served":
+        from sparse_react.policies.served import ServedPolicy
+
+        if not model_settings.get("endpoint") or not model_settings.get("model"):
+            raise PolicyError("the served policy needs --endpoint URL and --model NAME (the name the server gives it)")
+        return ServedPolicy(seed=seed, **model_settings)
     if spec == "expert":
         return ExpertPolicy()
     if spec == "search-expert":
@@ -44,11 +51,14 @@ def make_policy(spec: str, seed: int = 0, **model_settings):
 
 
 MODEL_SETTINGS = ("action_mode", "device", "dtype", "temperature", "shots", "window", "max_thought_tokens")
+SERVED_SETTINGS = ("endpoint", "model", "api", "tokenizer", "action_mode", "temperature", "shots", "window",
+                   "max_thought_tokens")
 
 
 def policy_from_spec(name: str, spec: dict, seed: int = 0):
     """The policy a record was made with, rebuilt from its spec: a model from its path with the
-    same settings (dtype, device, sampling, ...), the shipped adapters with theirs, the random
+    same settings (dtype, device, sampling, ...), the shipped adapters with theirs, a served model
+    from its endpoint (the key from the environment, as before), the random
     policy with its seed; any other by its name."""
     kind = spec.get("kind")
     if kind == "shipped" and spec.get("rhythms"):
@@ -57,6 +67,8 @@ def policy_from_spec(name: str, spec: dict, seed: int = 0):
     if kind == "hf":
         return make_policy(f"hf:{spec['model']}", spec.get("seed", seed),
                            **{k: spec[k] for k in MODEL_SETTINGS if k in spec})
+    if kind == "served":
+        return make_policy("served", spec.get("seed", seed), **{k: spec[k] for k in SERVED_SETTINGS if k in spec})
     if kind == "random":
         return RandomPolicy(spec.get("seed", seed))
     return make_policy(name, seed)

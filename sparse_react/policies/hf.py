@@ -40,7 +40,7 @@ import torch
 
 from sparse_react.agent import Context, Decision, Request
 from sparse_react.cards import ADAPTER_CONFIG, ADAPTER_WEIGHTS, DEFAULT_ACTION_MODE, MODEL_CARD, ModelError, model_card
-from sparse_react.lines import THINK_PREFIX, Kind, is_thought, thought_line
+from sparse_react.lines import THINK_PREFIX, Kind, is_thought, normalise_action, thought_line
 from sparse_react.policies.attention import use_grouped_sdpa
 from sparse_react.transcript import render, render_head
 
@@ -284,19 +284,6 @@ def _cache_argument(model: Any) -> str:
     """The forward argument that takes the KV cache: `cache` in newer transformers, else `past_key_values`."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # an unmerged peft model passes it on
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-
-
-_LEADING = re.compile(r"^\s*(?:>\s*)*(?:(?:action|command)\s*:\s*)?", re.IGNORECASE)
-
-
-def normalise_action(text: str) -> str:
-    """A generated command as the game expects it: the first line, without a leading `>` or
-    `Action:` label, quotes, backticks or trailing punctuation, whitespace collapsed."""
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    line = _LEADING.sub("", line)
-    line = line.strip().strip("\"'`").strip()
-    line = line.rstrip(".!?;,:").strip().strip("\"'`").strip()
-    return " ".join(line.split())
 
 
 def _new_cache(config: Any) -> Any:
