@@ -22,27 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 from sparse_react.ablation import eval_runs, ship_adapter, write_ablation_report
 from sparse_react.cards import MODEL_CARD
+from sparse_react.steps import Steps
 from sparse_react.tasks import TaskType
-
-CLI = [sys.executable, "-m", "sparse_react.cli"]
-COMMANDS: list[str] = []  # every step's command line, for the shipped cards
-
-
-def step(args: list[str], done: bool = False) -> None:
-    COMMANDS.append("sparse-react " + shlex.join(args))
-    print("$ " + COMMANDS[-1] + ("   # done, skipped" if done else ""), flush=True)
-    if not done:
-        started = time.perf_counter()
-        subprocess.run(CLI + args, check=True)
-        print(f"  ({time.perf_counter() - started:.0f} s)", flush=True)
 
 
 def main() -> None:
@@ -64,7 +49,8 @@ def main() -> None:
         parser.error("--ship needs --lora-rank: only adapters ship inside the package")
     lora = ["--lora", "--lora-rank", str(args.lora_rank)] if args.lora_rank else []
     for rhythm in args.rhythms.split(","):
-        COMMANDS.clear()
+        steps = Steps()  # this rhythm's commands, for its shipped card
+        step = steps.run
         experts = []
         if args.train_per_type:
             for task in TaskType:
@@ -94,8 +80,8 @@ def main() -> None:
             step(["eval", "--games", games, "--model", str(model), "--rhythms", rhythm, "--batch", args.batch,
                   "--out", str(runs[-1])])
         if args.ship:
-            print(f"  shipped: {ship_adapter(model, COMMANDS, runs)}", flush=True)
-    step(["report", *map(str, eval_runs(out)), "--out", str(out / "report")])
+            print(f"  shipped: {ship_adapter(model, steps.commands, runs)}", flush=True)
+    Steps().run(["report", *map(str, eval_runs(out)), "--out", str(out / "report")])
     path = write_ablation_report(out)
     print(f"\n{path}:\n\n{path.read_text()}", flush=True)
 

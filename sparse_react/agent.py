@@ -142,11 +142,17 @@ def decide_all(policy: Policy, requests: Sequence[Request]) -> list[Decision | E
 
 @dataclass(frozen=True)
 class LoopRules:
-    """How an episode may end besides a win. `loop_repeats=0` turns loop detection off."""
+    """How an episode may end besides a win. `thoughts_count=False` makes `max_steps` a budget of
+    actions, thoughts free, with the episode still ended at `2 * max_steps` lines (a thought before
+    every action) so that no policy thinks forever. `loop_repeats=0` turns loop detection off."""
 
     max_steps: int = 50
     thoughts_count: bool = True
     loop_repeats: int = 3
+
+    @property
+    def max_lines(self) -> int:
+        return self.max_steps if self.thoughts_count else 2 * self.max_steps
 
 
 @lru_cache(maxsize=1)
@@ -206,7 +212,7 @@ def episode_turns(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str 
             context.append(line, observation)
             if on_entry:
                 on_entry(episode.entries[-1])
-            ended_by = "won" if info["won"] else Failure.BUDGET if truncated else None
+            ended_by = "won" if info["won"] else Failure.BUDGET if truncated or len(episode.entries) >= rules.max_lines else None
             if ended_by is None and _looping(episode, rules.loop_repeats):
                 ended_by = Failure.LOOP
     except Exception as exc:

@@ -273,6 +273,8 @@ def eval_(
     task_types: Optional[str] = typer.Option(None, help="Comma-separated task types."),
     filter: Optional[str] = typer.Option(None, help="Only games whose name matches this regular expression."),
     max_steps: int = typer.Option(50, help="Step budget per episode."),
+    thoughts_free: bool = typer.Option(False, "--thoughts-free", help="Thoughts spend no step: the budget counts "
+                                       "actions (an episode still ends at twice the budget in lines)."),
     seed: int = typer.Option(0, help="Seed of the random policy / model sampling."),
     out: Optional[Path] = typer.Option(None, help="Run folder: episodes appended as they finish; rerun to resume."),
     workers: int = typer.Option(1, min=1, help="Processes playing episodes in parallel."),
@@ -314,7 +316,7 @@ def eval_(
         raise UserError("--concurrency is for a served model (--endpoint); a local model plays --batch episodes at once")
     chosen = _policy(policy, model, seed, action_mode, shots=shots, window=window, rhythms=names,
                      served={"endpoint": endpoint, "api": api, "tokenizer": tokenizer})
-    rules = LoopRules(max_steps=max_steps)
+    rules = LoopRules(max_steps=max_steps, thoughts_count=not thoughts_free)
     name = f"served:{model}" if endpoint else f"hf:{model}" if model else policy
     settings = RunSettings(games, name, tuple(names), tuple(variant_list),
                            asdict(rules), {"limit": limit, "task_types": task_types, "filter": filter},
@@ -432,6 +434,8 @@ def finetune(
     lora_alpha: int = typer.Option(0, min=0, help="LoRA alpha (with --lora; 0: twice the rank)."),
     lora_targets: str = typer.Option("all-linear", help="Modules that get adapters (with --lora): all-linear, "
                                      "or comma-separated names such as q_proj,v_proj."),
+    init_adapter: Optional[Path] = typer.Option(None, help="Go on training this LoRA adapter (trained on the same "
+                                                "base) instead of starting a new one."),
 ) -> None:
     """Fine-tune a local causal LM on exported episodes; writes a model folder (or, with --lora, an
     adapter folder) that `--model` loads."""
@@ -440,7 +444,8 @@ def finetune(
 
     settings = FinetuneSettings(str(data), base, epochs, max_steps, learning_rate, batch_size, grad_accum,
                                 max_length, save_steps, seed, device, low_memory,
-                                lora_rank if lora else 0, lora_alpha, lora_targets)
+                                lora_rank if lora else 0, lora_alpha, lora_targets,
+                                str(init_adapter) if init_adapter else None)
     _INTERRUPTED[0] = f"checkpoints are in {out / 'checkpoints'}; rerun the same command to resume"
     try:
         card = train(settings, out)
@@ -449,6 +454,40 @@ def finetune(
     typer.echo(f"trained {card['steps']} steps on {card['examples']} {card['rhythm']} examples "
                f"(loss {card['first_loss']} → {card['last_loss']}); model in {out}: "
                f"sparse-react eval --model {out} --rhythms {card['rhythm']}")
+
+
+@app.command()
+def rounds(
+    seed_data: Path = typer.Option(..., help="Round 0's training data (the expert's won episodes, `sparse-react export`)."),
+    out: Path = typer.Option(..., help="The folder of every round; rerun the same command to resume."),
+    rhythm: str = typer.Option("sparse", help="sparse, dense, im or act."),
+    count: int = typer.Option(2, "--rounds", min=0, help="Rounds after round 0."),
+    arm: str = typer.Option("dagger", help="dagger (the relabelling expert labels every state the model reached) or "
+                                           "bootstrap (the model's own won episodes)."),
+    retrain: str = typer.Option("base", help="base (train each round from the base) or continue (from the last "
+                                             "round's adapter)."),
+    train_games: str = typer.Option("alfworld:train", help="The games the model plays each round."),
+    train_limit: Optional[int] = typer.Option(None, min=1, help="Only the first N train games."),
+    train_task_types: Optional[str] = typer.Option(None, help="Comma-separated task types of the train games."),
+    eval_sets: str = typer.Option("valid_unseen", help="Comma-separated evaluation sets."),
+    eval_limit: Optional[int] = typer.Option(None, min=1, help="Only the first N games of each evaluation set."),
+    max_steps: int = typer.Option(50, help="Step budget of every episode."),
+    base: Optional[str] = typer.Option(None, help="Base model (default: the embedded SmolLM2-135M)."),
+    train_steps: int = typer.Option(120, min=1, help="Optimizer steps of each round's training."),
+    learning_rate: float = typer.Option(1e-3),
+    lora_rank: int = typer.Option(8, min=1),
+    max_length: int = typer.Option(2048, min=16, help="Tokens per training example."),
+    batch: int = typer.Option(16, min=1, help="Episodes decided together when playing."),
+) -> None:
+    """Learn from the model's own play: play, relabel (or keep the wins), retrain, evaluate, round after round."""
+    from sparse_react.rhythms import get_rhythm
+    from sparse_react.rounds import RoundsSettings, run_rounds
+
+    settings = RoundsSettings(get_rhythm(rhythm).name, str(seed_data), count, arm, retrain, train_games, train_limit,
+                              train_task_types, tuple(s.strip() for s in eval_sets.split(",") if s.strip()),
+                              eval_limit, max_steps, base, train_steps, learning_rate, lora_rank, max_length, batch)
+    path = run_rounds(settings, out)
+    typer.echo(path.read_text())
 
 
 def main() -> None:

@@ -33,11 +33,11 @@ from typing import Any, Sequence
 
 import torch
 
-from sparse_react.cards import DEFAULT_ACTION_MODE, MODEL_CARD, MODEL_FORMAT, ModelError
+from sparse_react.cards import DEFAULT_ACTION_MODE, MODEL_CARD, MODEL_FORMAT, ModelError, model_card
 from sparse_react.errors import UserError
 from sparse_react.lines import is_thought
 from sparse_react.policies.hf import (
-    base_identity, cpu_has_native_bf16, import_peft, load_model, plain_model)
+    base_identity, cpu_has_native_bf16, import_peft, load_model, plain_model, weights_sha256)
 from sparse_react.transcript import render, render_head
 
 THOUGHT_MARGIN = 16  # tokens a fine-tuned model may write beyond its longest training thought
@@ -66,6 +66,12 @@ class FinetuneSettings:
     lora_rank: int = 0  # 0: full fine-tuning; else a LoRA adapter of this rank
     lora_alpha: int = 0  # 0: twice the rank
     lora_targets: str = "all-linear"  # peft's name for every linear layer but the output one, or module names
+    init_adapter: str | None = None  # a LoRA adapter (on the same base) to go on training instead of a new one
+
+    @property
+    def lora(self) -> bool:
+        """Whether this run trains (and saves) a LoRA adapter rather than every weight."""
+        return bool(self.lora_rank or self.init_adapter)
 
 
 def read_examples(path: Path) -> list[dict]:
@@ -137,7 +143,9 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
     except ModelError as exc:
         raise FinetuneError(f"base model: {exc}") from None
     tokenizer = loaded.tokenizer
-    if settings.lora_rank:
+    if settings.init_adapter:
+        model = _continued_lora(model, loaded.source, settings)
+    elif settings.lora_rank:
         model = _with_lora(model, settings)
     chat = bool(getattr(tokenizer, "chat_template", None))
     rows = [tokenize_example(tokenizer, e["messages"], chat, settings.max_length) for e in examples]
@@ -160,7 +168,7 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
     started = time.perf_counter()
     try:
         result = trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
-        if settings.lora_rank:
+        if settings.lora:
             model.to(torch.bfloat16).save_pretrained(str(out))  # half the bytes; merged in float32 at load
         else:
             trainer.save_model(str(out))
@@ -173,8 +181,8 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
     losses = [[h["step"], round(h["loss"], 4)] for h in trainer.state.log_history if "loss" in h]
     data = Path(settings.data).read_bytes()
     card = {"format": MODEL_FORMAT, "rhythm": examples[0].get("rhythm"), "shots": 0, "action_mode": DEFAULT_ACTION_MODE,
-            "kind": "lora" if settings.lora_rank else "full", "base": loaded.source,
-            **({"base_identity": base_identity(loaded.source, settings.base)} if settings.lora_rank else {}),
+            "kind": "lora" if settings.lora else "full", "base": loaded.source,
+            **({"base_identity": base_identity(loaded.source, settings.base)} if settings.lora else {}),
             "data": str(settings.data), "data_sha256": hashlib.sha256(data).hexdigest(), "data_bytes": len(data),
             "examples": len(rows),
             "settings": asdict(settings), "steps": trainer.state.global_step,
@@ -229,6 +237,24 @@ def _with_lora(model: Any, settings: FinetuneSettings) -> Any:
         return peft.get_peft_model(model, config)
     except ValueError as exc:  # a target module name the model does not have
         raise FinetuneError(f"--lora-targets {settings.lora_targets!r}: {exc}") from None
+
+
+def _continued_lora(model: Any, source: str, settings: FinetuneSettings) -> Any:
+    """The adapter `init_adapter` on the model, trainable: training goes on from its weights. It must
+    have been trained on this very base (its card's hash)."""
+    peft = import_peft(f"--init-adapter {settings.init_adapter}")
+    path = Path(settings.init_adapter)
+    try:
+        identity = model_card(path).get("base_identity") or {}
+    except ModelError as exc:
+        raise FinetuneError(f"--init-adapter: {exc}") from None
+    if identity.get("sha256") != weights_sha256(source):
+        raise FinetuneError(f"--init-adapter {path} was not trained on {source} (its card names "
+                            f"{identity.get('file', 'no base')}): pass the --base it was trained on")
+    try:
+        return peft.PeftModel.from_pretrained(model, str(path), is_trainable=True)
+    except Exception as exc:  # peft and safetensors raise many kinds; name the folder
+        raise FinetuneError(f"--init-adapter {path} cannot be loaded ({type(exc).__name__}: {exc})") from None
 
 
 def agent_line_loss(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -111,6 +111,21 @@ def test_thoughts_count_toward_the_budget(env, sample):
     assert episode.failure is Failure.BUDGET and len(episode.thoughts) == 2 and not episode.actions
 
 
+def test_with_thoughts_free_the_budget_counts_actions_and_lines_are_capped(env, sample):
+    """The expert's dense episode needs more lines than a budget just above its action count allows when
+    thoughts count; with thoughts free the same budget is enough; a policy that only thinks stops at
+    twice the budget."""
+    full = run_episode(env, ExpertPolicy(), sample[0], "dense")
+    budget = len(full.actions) + 1
+    counted = run_episode(env, ExpertPolicy(), sample[0], "dense", rules=LoopRules(max_steps=budget))
+    free = run_episode(env, ExpertPolicy(), sample[0], "dense", rules=LoopRules(max_steps=budget, thoughts_count=False))
+    assert full.won and len(full.entries) > budget
+    assert counted.failure is Failure.BUDGET and free.won and len(free.entries) == len(full.entries)
+    thinker = run_episode(env, ScriptedPolicy(["think: hmm"] * 20), sample[0], "sparse",
+                          rules=LoopRules(max_steps=3, thoughts_count=False))
+    assert thinker.failure is Failure.BUDGET and len(thinker.entries) == 6 and not thinker.actions
+
+
 def test_records_round_trip(tmp_path, env, sample):
     path = tmp_path / "run.jsonl"
     episodes = [run_episode(env, ExpertPolicy(), g, r) for g, r in zip(sample, ["sparse", "dense", "im", "act"])]

@@ -1,10 +1,12 @@
-"""A model on a real OpenAI-compatible server as the policy: `transformers serve` (free mode, the
-completions and chat APIs) and llama.cpp's server from llama-cpp-python (scored mode, ranking as the
-local scored policy does). Servers run on this machine's loopback address; nothing is mocked."""
+"""A model on a real OpenAI-compatible server as the policy: `transformers serve` with the tests' tiny
+model (free mode, the completions and chat APIs, faults) and llama.cpp's server from
+llama-cpp-python with the embedded model (free mode; its prompt log-probabilities come back one
+token late, which the scored mode must refuse). Servers run on this machine's loopback address;
+nothing is mocked."""
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import os
 import shutil
 import signal
@@ -34,6 +36,7 @@ from tiny import tiny_model  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 TRANSFORMERS_SERVE = shutil.which("transformers", path=str(Path(sys.executable).parent))
 KEY = "sk-test-never-recorded-4242"
+NO_LLAMA_CPP = "llama.cpp's server is not installed: pip install 'llama-cpp-python[server]' (bash .ci/run does)"
 
 
 def free_port() -> int:
@@ -92,6 +95,20 @@ def hf_server(tiny_folder, tmp_path_factory):
 @pytest.fixture(scope="module")
 def sample(bundled_unseen):
     return [next(g for g in bundled_unseen if g.task_type is t) for t in TaskType][:3]
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory):
+    """llama.cpp's server (llama-cpp-python) with the embedded SmolLM2-135M GGUF, echoing prompt log-probabilities."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip(NO_LLAMA_CPP)
+    from sparse_react.policies.hf import default_model_path
+
+    server = Server([sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path()), "--model_alias",
+                     "smollm2", "--logits_all", "true", "--n_ctx", "4096", "--host", "127.0.0.1", "--port", "{port}"],
+                    log=tmp_path_factory.mktemp("logs") / "llama.log").start()
+    yield server
+    server.stop()
 
 
 def served(server, model, **settings) -> ServedPolicy:
@@ -209,3 +226,20 @@ def test_mean_logprob_covers_the_candidates_tokens_only():
     assert _mean_logprob(choice, 4, 10) == pytest.approx(-4.0)  # a token straddling the start counts
     with pytest.raises(PolicyError, match="no log-probabilities"):
         _mean_logprob({"text": "hi"}, 0, 2)
+
+
+def test_llama_cpp_serves_the_embedded_model_in_free_mode(llama_server, sample):
+    """The embedded model with its chat template (`tokenizer="base"`), two examples, the sparse rhythm:
+    whatever it writes becomes a thought or a command, and the game answers every line."""
+    policy = served(llama_server, "smollm2", action_mode="free", tokenizer="base")
+    episode = run_episode(HouseholdEnv(sample), policy, sample[0], "sparse", rules=LoopRules(max_steps=4))
+    assert episode.error is None and len(episode.entries) == 4
+    assert all(e.mode in ("free", "think") and e.text for e in episode.entries)
+    assert episode.policy_spec["model"] == "smollm2" and episode.policy_spec["server"] == {"owned_by": "me"}
+
+
+def test_prompt_logprobs_one_token_late_are_refused_for_scoring(llama_server):
+    """llama-cpp-python's echo gives each prompt token the log-probability read at its own place (the
+    distribution of the token after it): ranking commands by it would be wrong, so scoring is refused."""
+    with pytest.raises(PolicyError, match="one place late.*play --action-mode free"):
+        served(llama_server, "smollm2", tokenizer="base")

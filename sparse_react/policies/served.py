@@ -10,7 +10,8 @@ Each turn, by action mode:
 - `scored`: each admissible command (and ` think:` when the rhythm allows a thought) is appended
   to the transcript and sent with `echo` and `logprobs`; its tokens' mean log-probability ranks
   it, as the local scored mode does. Needs a server that returns prompt log-probabilities
-  (vLLM, llama.cpp); one that does not is told apart when the policy starts.
+  (vLLM); one that does not, or returns them one token late (llama-cpp-python's server), is told
+  apart when the policy starts.
 - `free`: the model writes the line; `think: ...` is a thought where the rhythm allows one, anything
   else is normalised into a command (`invalid_rate`: the share not admissible).
 A thought is generated to the end of its line. All requests of a turn's episodes go out at once
@@ -351,15 +352,34 @@ class ServedPolicy:
         return identity
 
     def _check_scoring(self) -> None:
-        """Scoring needs the log-probabilities of a prompt's own tokens (echo + logprobs)."""
-        answer = self._post([("/completions", {"model": self.model, "prompt": "You are in the middle of a room.",
-                                                "max_tokens": 1, "echo": True, "logprobs": 1, "temperature": 0.0})])[0]
+        """Scoring needs the log-probabilities of a prompt's own tokens (echo + logprobs), each the
+        probability of that token after the ones before it. Checked on the server's own greedy
+        token: echoed after the prompt, its log-probability must be the highest at its place (a
+        server that reports each token's probability one place late fails this)."""
+        probe = "You are in the middle of a room. Looking quickly around you, you see a"
+        first = self._post([("/completions", {"model": self.model, "prompt": probe, "max_tokens": 1,
+                                              "temperature": 0.0})])[0]
         try:
-            _mean_logprob(_answer(answer), 0, 10)
+            greedy = str(_answer(first).get("text") or "")
+            choice = _answer(self._post([("/completions", {"model": self.model, "prompt": probe + greedy,
+                                                           "max_tokens": 1, "echo": True, "logprobs": 1,
+                                                           "temperature": 0.0})])[0])
+            _mean_logprob(choice, len(probe) // 2, len(probe))
         except ServerError as exc:
             raise PolicyError(f"the server at {self.endpoint} cannot score commands ({exc}): it must return the "
                               f"log-probabilities of a prompt's tokens (completions with echo and logprobs, as vLLM "
-                              f"and llama.cpp do); play --action-mode free instead") from None
+                              f"does); play --action-mode free instead") from None
+        logprobs = choice["logprobs"]
+        place = next((i for i, offset in enumerate(logprobs["text_offset"]) if offset >= len(probe)), None)
+        tops = logprobs.get("top_logprobs") or []
+        if greedy.strip() and place is not None and place < len(tops) and tops[place]:
+            value, best = logprobs["token_logprobs"][place], max(tops[place].values())
+            if value is not None and value < best - 0.01:
+                raise PolicyError(
+                    f"the server at {self.endpoint} reports each prompt token's log-probability one place late (its "
+                    f"own greedy token {greedy!r} gets {value:.2f} where the best there has {best:.2f}; "
+                    f"llama-cpp-python's server does this), so it cannot score commands: play --action-mode free, "
+                    f"or serve the model with vLLM")
 
 
 def _answer(answer: dict | ServerError) -> dict:

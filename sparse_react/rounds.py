@@ -1,0 +1,167 @@
+"""Learning from its own play, in rounds. Round 0 trains a LoRA adapter on the seed data (the
+searching expert's won episodes); each later round plays the last round's model on train games,
+turns what it did into new data, adds it to the last round's data, trains again and evaluates.
+
+Two arms: `dagger` relabels every state the model reached with the line the relabelling expert
+writes there (`sparse-react relabel`: DAgger's aggregation); `bootstrap` keeps the model's own won
+episodes (`sparse-react export`: the paper's bootstrap). Each round trains either from the base
+(`retrain="base"`) or on from the last round's adapter (`"continue"`).
+
+One folder holds everything: `rounds.json` (the settings; a rerun with others is refused),
+`round-K/` with `play/` (the run folder of the games played, K ≥ 1), `new.jsonl`, `data.jsonl`,
+`model/` (an adapter and its card) and `eval-SET/` per evaluation set, and `rounds.md`, the table
+per round. Every stage is a `sparse-react` command in a child process, printed as it runs, skipped
+when its output is there: a rerun resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+from sparse_react.cards import MODEL_CARD
+from sparse_react.errors import UserError
+from sparse_react.evaluate import SETTINGS_FILE
+from sparse_react.games.catalog import find_games
+from sparse_react.report import COLUMNS, group_stats, load_runs, markdown_table
+from sparse_react.steps import Steps
+from sparse_react.trajectory import EPISODES_FILE, read_episodes
+
+ARMS = ("dagger", "bootstrap")
+RETRAIN = ("base", "continue")
+SETTINGS = "rounds.json"
+
+
+class RoundsError(UserError, ValueError):
+    """Settings no rounds can run with, or a folder made with other settings."""
+
+
+@dataclass(frozen=True)
+class RoundsSettings:
+    """What a run of rounds does (see the module docstring)."""
+
+    rhythm: str
+    seed_data: str
+    rounds: int = 2
+    arm: str = "dagger"
+    retrain: str = "base"
+    train_games: str = "alfworld:train"
+    train_limit: int | None = None  # the first N train games (after task types)
+    train_task_types: str | None = None
+    eval_sets: tuple[str, ...] = ("valid_unseen",)
+    eval_limit: int | None = None
+    max_steps: int = 50  # the step budget of every episode played
+    base: str | None = None  # None: the embedded SmolLM2-135M
+    train_steps: int = 120
+    learning_rate: float = 1e-3
+    lora_rank: int = 8
+    max_length: int = 2048
+    batch: int = 16
+
+    def check(self) -> None:
+        if self.arm not in ARMS:
+            raise RoundsError(f"unknown arm {self.arm!r}; one of {', '.join(ARMS)}")
+        if self.retrain not in RETRAIN:
+            raise RoundsError(f"unknown retrain {self.retrain!r}; one of {', '.join(RETRAIN)}")
+        if self.rounds < 0:
+            raise RoundsError(f"rounds must be 0 or more, not {self.rounds}")
+        if not Path(self.seed_data).is_file():
+            raise RoundsError(f"seed data {self.seed_data} not found: export the expert's won episodes first "
+                              f"(`sparse-react export RUN --rhythm {self.rhythm} --out DATA.jsonl`)")
+
+
+def run_rounds(settings: RoundsSettings, out: Path) -> Path:
+    """Run (or resume) every round into `out`; returns the path of the table `rounds.md`."""
+    settings.check()
+    _open(out, settings)
+    steps = Steps()
+    for k in range(settings.rounds + 1):
+        folder = out / f"round-{k}"
+        folder.mkdir(exist_ok=True)
+        data = folder / "data.jsonl"
+        if k == 0:
+            _write_once(data, Path(settings.seed_data).read_bytes())
+        else:
+            last = out / f"round-{k - 1}"
+            play = folder / "play"
+            selection = [*(["--limit", str(settings.train_limit)] if settings.train_limit else []),
+                         *(["--task-types", settings.train_task_types] if settings.train_task_types else [])]
+            steps.run(["eval", "--games", settings.train_games, *selection, "--model", str(last / "model"),
+                       "--rhythms", settings.rhythm, "--max-steps", str(settings.max_steps),
+                       "--batch", str(settings.batch), "--out", str(play)], done=data.is_file())
+            new = folder / "new.jsonl"
+            if settings.arm == "bootstrap" and not data.is_file() and not any(e.won for e in read_episodes(play / EPISODES_FILE)):
+                new.write_text("")  # nothing won, nothing to keep: export would refuse to write nothing
+            else:
+                verb = ["relabel", str(play)] if settings.arm == "dagger" else ["export", str(play), "--rhythm", settings.rhythm]
+                steps.run([*verb, "--out", str(new)], done=data.is_file())
+            _write_once(data, (last / "data.jsonl").read_bytes() + new.read_bytes())
+        model = folder / "model"
+        start = ["--init-adapter", str(out / f"round-{k - 1}" / "model")] if k and settings.retrain == "continue" else []
+        steps.run(["finetune", "--data", str(data), "--out", str(model), "--max-steps", str(settings.train_steps),
+                   "--learning-rate", str(settings.learning_rate), "--lora", "--lora-rank", str(settings.lora_rank),
+                   "--max-length", str(settings.max_length), "--save-steps", "20",
+                   *(["--base", settings.base] if settings.base else []), *start],
+                  done=(model / MODEL_CARD).is_file())
+        for games in settings.eval_sets:
+            steps.run(["eval", "--games", games, "--model", str(model), "--rhythms", settings.rhythm,
+                       "--max-steps", str(settings.max_steps), "--batch", str(settings.batch),
+                       *(["--limit", str(settings.eval_limit)] if settings.eval_limit else []),
+                       "--out", str(folder / f"eval-{games.replace(':', '-')}")],
+                      done=_finished(folder / f"eval-{games.replace(':', '-')}", games, settings.eval_limit))
+    path = out / "rounds.md"
+    path.write_text(rounds_markdown(out, settings, steps.commands))
+    return path
+
+
+def _open(out: Path, settings: RoundsSettings) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    path, wanted = out / SETTINGS, json.loads(json.dumps(asdict(settings)))
+    if path.exists():
+        stored = json.loads(path.read_text())
+        changed = sorted(k for k in set(stored) | set(wanted) if k != "rounds" and stored.get(k) != wanted.get(k))
+        if changed:
+            raise RoundsError(f"{out} holds rounds with other settings ({', '.join(changed)}); use another --out")
+    path.write_text(json.dumps(wanted, indent=1) + "\n")  # more rounds may be asked for later
+
+
+def _write_once(path: Path, content: bytes) -> None:
+    """Write `path` whole or not at all (a killed run leaves no half file that would count as done)."""
+    if not path.exists():
+        partial = path.with_suffix(".partial")
+        partial.write_bytes(content)
+        os.replace(partial, path)
+
+
+def _finished(run: Path, games: str, limit: int | None) -> bool:
+    """Whether an evaluation run folder holds all its episodes (an unfinished one resumes when run again)."""
+    if not (run / SETTINGS_FILE).is_file() or not (run / EPISODES_FILE).is_file():
+        return False
+    wanted = len(find_games(games)[:limit])
+    return len((run / EPISODES_FILE).read_text().splitlines()) >= wanted
+
+
+def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]) -> str:
+    """The table per round: data, training, and success per evaluation set and task type."""
+    rows = []
+    for k in range(settings.rounds + 1):
+        folder = out / f"round-{k}"
+        card = json.loads((folder / "model" / MODEL_CARD).read_text())
+        new = folder / "new.jsonl"
+        for games in settings.eval_sets:
+            run = folder / f"eval-{games.replace(':', '-')}"
+            ((label, episodes),) = load_runs([run])
+            stats = group_stats(label, label, episodes)
+            rows.append([str(k), str(card["examples"]),
+                         str(len(new.read_text().splitlines())) if new.is_file() else "seed",
+                         f"{card['seconds_this_run'] / 60:.1f}", f"{card['last_loss']}", games,
+                         *(f"{stats.wins[c]}/{stats.games[c]}" for c in COLUMNS)])
+    header = ["round", "examples", "new", "training (min)", "last loss", "set", *COLUMNS]
+    return "\n\n".join([
+        f"# Rounds: {settings.arm}, {settings.rhythm} rhythm, retrained from {settings.retrain}",
+        markdown_table(header, rows),
+        "Success is the game's `won`. The commands (a rerun skips what is done):",
+        "```bash\n" + "\n".join(commands) + "\n```"]) + "\n"

@@ -1,0 +1,80 @@
+"""Rounds of learning from the model's own play, as CI can afford them: the tests' tiny model, two
+rounds of a few bundled games with a few steps; each round's data grows (DAgger aggregates the
+relabelled states), each round's adapter loads, a rerun resumes without redoing anything, and the
+bootstrap arm and training on from the last adapter run too."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytest.importorskip("peft")
+
+from sparse_react.evaluate import evaluate  # noqa: E402
+from sparse_react.export import export  # noqa: E402
+from sparse_react.games.catalog import find_games  # noqa: E402
+from sparse_react.policies.expert import SearchingExpertPolicy  # noqa: E402
+from sparse_react.policies.hf import load_model  # noqa: E402
+from sparse_react.rounds import RoundsError, RoundsSettings, run_rounds  # noqa: E402
+from tiny import tiny_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """The tiny model and seed data: the searching expert's won episodes of three bundled train games."""
+    root = tmp_path_factory.mktemp("rounds")
+    tiny_model(root / "tiny", chat=True)
+    evaluate(find_games("train")[:3], SearchingExpertPolicy(), "sparse", run_dir=root / "expert", progress=False)
+    export([root / "expert"], root / "seed.jsonl", rhythm="sparse")
+    return root
+
+
+def settings(toy, **changes) -> RoundsSettings:
+    base = dict(rhythm="sparse", seed_data=str(toy / "seed.jsonl"), rounds=2, train_games="train", train_limit=2,
+                eval_sets=("valid_unseen",), eval_limit=2, max_steps=4, base=str(toy / "tiny"), train_steps=2,
+                lora_rank=4, max_length=8192, batch=2)
+    return RoundsSettings(**{**base, **changes})
+
+
+def lines(path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def test_two_dagger_rounds_grow_the_data_and_each_model_loads(toy, capsys):
+    out = toy / "dagger"
+    table = run_rounds(settings(toy), out)
+    sizes = [lines(out / f"round-{k}" / "data.jsonl") for k in range(3)]
+    assert sizes[0] == lines(toy / "seed.jsonl") and sizes[0] < sizes[1] < sizes[2]
+    for k in (1, 2):
+        new = [json.loads(line) for line in (out / f"round-{k}" / "new.jsonl").read_text().splitlines()]
+        played = [json.loads(line) for line in (out / f"round-{k}" / "play" / "episodes.jsonl").read_text().splitlines()]
+        assert len(played) == 2 and sizes[k] - sizes[k - 1] == len(new) == sum(len(e["entries"]) for e in played)
+        for example in new:  # the model's own lines are context; only the expert's label (1 or 2 lines) is trained
+            flags = [m.get("train") for m in example["messages"] if m["role"] == "assistant"]
+            assert flags[-1] is True and set(flags[:-2]) <= {False} and flags.count(True) in (1, 2)
+    for k in range(3):
+        card = json.loads((out / f"round-{k}" / "model" / "sparse_react.json").read_text())
+        assert card["examples"] == sizes[k] and card["steps"] == 2
+        assert load_model(out / f"round-{k}" / "model", device="cpu").model is not None
+        assert lines(out / f"round-{k}" / "eval-valid_unseen" / "episodes.jsonl") == 2
+    text = table.read_text()
+    assert text.count("| valid_unseen |") == 3 and "sparse-react relabel" in text
+    capsys.readouterr()
+    run_rounds(settings(toy), out)  # everything is there: every step skipped
+    assert "$ sparse-react" in (printed := capsys.readouterr().out) and printed.count("# done, skipped") == printed.count("$ ")
+    with pytest.raises(RoundsError, match="other settings.*arm"):
+        run_rounds(settings(toy, arm="bootstrap"), out)
+
+
+def test_bootstrap_and_continued_training_run_a_round(toy):
+    out = toy / "bootstrap"
+    run_rounds(settings(toy, rounds=1, arm="bootstrap", retrain="continue"), out)
+    played = [json.loads(line) for line in (out / "round-1" / "play" / "episodes.jsonl").read_text().splitlines()]
+    assert lines(out / "round-1" / "new.jsonl") == sum(e["won"] for e in played)
+    assert lines(out / "round-1" / "data.jsonl") == lines(out / "round-0" / "data.jsonl") + sum(e["won"] for e in played)
+    card = json.loads((out / "round-1" / "model" / "sparse_react.json").read_text())
+    assert card["settings"]["init_adapter"] == str(out / "round-0" / "model") and card["kind"] == "lora"
+    assert load_model(out / "round-1" / "model", device="cpu").model is not None
