@@ -167,6 +167,14 @@ def test_requests_the_server_keeps_failing_end_their_episodes_as_errors_and_the_
     assert policy.stats["failed_tries"] == 3 * 3
 
 
+def test_requests_that_time_out_end_their_episode_as_an_error(hf_server, tiny_folder, sample):
+    """A server that is there but too slow for the client's timeout: the episode ends as an error
+    naming the timeout (the run is not stopped, as it is for a server that is gone)."""
+    policy = served(hf_server, tiny_folder, action_mode="free", retry=Retry(tries=2, backoff=0.05, timeout=0.001))
+    episode = run_episode(HouseholdEnv(sample), policy, sample[0], "act", rules=LoopRules(max_steps=3))
+    assert episode.failure is Failure.ERROR and "did not answer within 0.001 s (2 tries; ReadTimeout)" in episode.error
+
+
 def test_a_server_killed_mid_run_loses_nothing_and_the_rerun_finishes(tiny_folder, bundled_unseen, tmp_path):
     """The CLI's eval against a server killed after a few episodes: it stops with exit 2 and a message
     saying how to resume, keeping every finished episode; after a restart the same command plays

@@ -40,6 +40,7 @@ APIS = ("completions", "chat")
 SERVED_ACTION_MODES = ("scored", "free")
 KEY_VARIABLE = "OPENAI_API_KEY"
 MAX_ACTION_TOKENS, MAX_THOUGHT_TOKENS = 32, 48
+CONNECT_TIMEOUT = 10.0  # seconds; a server that accepts no connection in that time counts as gone
 EMPTY_THOUGHT = thought_line("...")
 
 
@@ -51,7 +52,7 @@ class ServerError(PolicyError):
 @dataclass(frozen=True)
 class Retry:
     """How failed requests are tried again: `tries` in all, waiting `backoff` seconds doubled each
-    time (at most `cap`, or what a 429's Retry-After asks), each request timing out after `timeout`."""
+    time (at most `cap`, or what a 429's Retry-After asks), each answer timing out after `timeout`."""
 
     tries: int = 6
     backoff: float = 0.5
@@ -95,7 +96,8 @@ class Client:
 
             async def make() -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
                 limits = httpx.Limits(max_connections=self.max_requests, max_keepalive_connections=self.max_requests)
-                return (httpx.AsyncClient(headers=self.headers, timeout=self.retry.timeout, limits=limits),
+                timeout = httpx.Timeout(self.retry.timeout, connect=CONNECT_TIMEOUT)
+                return (httpx.AsyncClient(headers=self.headers, timeout=timeout, limits=limits),
                         asyncio.Semaphore(self.max_requests))
 
             self._state = (os.getpid(), loop, *asyncio.run_coroutine_threadsafe(make(), loop).result())
@@ -123,8 +125,11 @@ class Client:
             try:
                 async with gate:
                     answer = await http.post(url, json=body)
-            except httpx.TransportError as exc:  # refused, reset, timed out
-                problem: Exception = PolicyUnavailable(
+            except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout) as exc:  # there, but slow on this one
+                problem: Exception = ServerError(f"{url} did not answer within {self.retry.timeout:g} s "
+                                                 f"({self.retry.tries} tries; {type(exc).__name__})")
+            except httpx.TransportError as exc:  # refused, reset, disconnected: the server is gone
+                problem = PolicyUnavailable(
                     f"the server at {public_url(self.base)} did not answer after {self.retry.tries} tries "
                     f"({type(exc).__name__}: {exc or 'no detail'})")
             else:
