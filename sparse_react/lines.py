@@ -10,6 +10,8 @@ THINK_PREFIX = "think:"
 THINK = THINK_PREFIX + " "
 THOUGHT_REPLY = "OK."
 NOTHING_HAPPENS = "Nothing happens."  # the game's answer to a command it does not accept
+MAX_ACTION_TOKENS = 32  # a model's freely written command
+MAX_THOUGHT_TOKENS = 48  # per thought, unless a fine-tuned model's card says how long its thoughts were
 
 
 class Kind(str, Enum):
@@ -29,6 +31,9 @@ def kind_of(line: str) -> Kind:
 def thought_line(text: str) -> str:
     """The line that writes the thought `text`."""
     return THINK + text
+
+
+EMPTY_THOUGHT = THINK + "..."  # what a model's thought that came out empty is written as
 
 
 def thought_text(line: str) -> str:

@@ -21,10 +21,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from sparse_react.agent import Context, LoopRules, PolicyUnavailable, run_episode  # noqa: E402
+from sparse_react.agent import Context, LoopRules, run_episode  # noqa: E402
 from sparse_react.env import HouseholdEnv  # noqa: E402
 from sparse_react.evaluate import evaluate  # noqa: E402
-from sparse_react.lines import Kind, is_thought  # noqa: E402
+from sparse_react.lines import Kind  # noqa: E402
 from sparse_react.policies import make_policy, policy_from_spec  # noqa: E402
 from sparse_react.policies.base import PolicyError  # noqa: E402
 from sparse_react.policies.served import Retry, ServedPolicy, _mean_logprob  # noqa: E402

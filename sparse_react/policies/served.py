@@ -32,16 +32,16 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from sparse_react.agent import Context, Decision, PolicyUnavailable, Request
-from sparse_react.lines import Kind, THINK_PREFIX, is_thought, normalise_action, thought_line, thought_text
+from sparse_react.lines import (
+    EMPTY_THOUGHT, MAX_ACTION_TOKENS, MAX_THOUGHT_TOKENS, THINK_PREFIX, Kind, is_thought, normalise_action, thought_line,
+    thought_text)
 from sparse_react.policies.base import PolicyError
 from sparse_react.transcript import chat_messages, render, render_head
 
 APIS = ("completions", "chat")
 SERVED_ACTION_MODES = ("scored", "free")
 KEY_VARIABLE = "OPENAI_API_KEY"
-MAX_ACTION_TOKENS, MAX_THOUGHT_TOKENS = 32, 48
 CONNECT_TIMEOUT = 10.0  # seconds; a server that accepts no connection in that time counts as gone
-EMPTY_THOUGHT = thought_line("...")
 
 
 class ServerError(PolicyError):
@@ -191,6 +191,7 @@ class ServedPolicy:
         self.max_thought_tokens = max_thought_tokens or MAX_THOUGHT_TOKENS
         self.tokenizer_source = tokenizer
         self._tokenizer = _load_tokenizer(tokenizer) if tokenizer else None
+        self._heads: dict[str, str] = {}
         self.client = Client(endpoint, os.environ.get(key_variable), retry, max_requests)
         self.endpoint = public_url(self.client.base)
         self.stats = self.client.stats
@@ -262,9 +263,10 @@ class ServedPolicy:
 
     def _text(self, context: Context) -> str:
         prefix = context.prefix if self.shots else context.zero_shot_prefix
-        chat = bool(getattr(self._tokenizer, "chat_template", None))
-        head = render_head(self._tokenizer, prefix, chat) if chat else prefix
-        return render(head, context.turns, self.window).text
+        if prefix not in self._heads:  # the chat template once per episode, not once per request
+            chat = bool(getattr(self._tokenizer, "chat_template", None))
+            self._heads = {prefix: render_head(self._tokenizer, prefix, chat) if chat else prefix}
+        return render(self._heads[prefix], context.turns, self.window).text
 
     def _score(self, asked: dict[int, tuple[Context, list[str]]]) -> dict[int, list[float] | Exception]:
         calls, owners = [], []
@@ -344,8 +346,8 @@ class ServedPolicy:
         if models and self.model not in [m.get("id") for m in models]:
             raise PolicyError(f"the server at {self.endpoint} does not serve {self.model!r}; it serves: "
                               f"{', '.join(str(m.get('id')) for m in models)}")
-        identity = {key: value for key, value in (("owned_by", next((m.get("owned_by") for m in models
-                                                                     if m.get("id") == self.model), None)),) if value}
+        owner = next((m.get("owned_by") for m in models if m.get("id") == self.model), None)
+        identity = {"owned_by": owner} if owner else {}
         root = self.client.base.removesuffix("/v1")
         for path, key in (("/version", "version"), ("/props", "build_info")):
             try:
