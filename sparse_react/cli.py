@@ -511,8 +511,11 @@ _INTERRUPTED = ["stopped"]  # what an interrupted command has saved, set by the 
 
 def _interrupted() -> None:
     typer.echo(f"\ninterrupted: {_INTERRUPTED[0]}", err=True)
+    # Under `python -m`, CPython remembers a KeyboardInterrupt that escaped an eval() of a string (textworld
+    # renders every observation with one) and at exit dies of SIGINT whatever status it was given; an eval()
+    # that ends cleanly makes it forget.
+    eval("None")
     sys.exit(130)
-
 
 
 if __name__ == "__main__":

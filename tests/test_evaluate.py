@@ -54,6 +54,18 @@ def test_killed_eval_resumes_without_losing_or_repeating(tmp_path, sig, workers)
     assert episodes.read_text().startswith(before[: before.rfind("\n") + 1])  # finished ones kept as written
 
 
+def test_an_interrupt_raised_inside_an_eval_still_exits_130(tmp_path):
+    # CPython under `python -m` dies of SIGINT at exit after a KeyboardInterrupt went through an eval() of a
+    # string, even a caught one; textworld renders observations with eval(), where a Ctrl-C often lands
+    (tmp_path / "interrupted_in_eval.py").write_text(
+        "from sparse_react import cli\n"
+        "def interrupt():\n    raise KeyboardInterrupt\n"
+        "try:\n    eval('interrupt()')\nexcept KeyboardInterrupt:\n    cli._interrupted()\n")
+    result = subprocess.run([sys.executable, "-m", "interrupted_in_eval"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 130 and "interrupted:" in result.stderr
+
+
 def test_a_line_cut_short_is_dropped_and_rerun(tmp_path, bundled_unseen):
     run = tmp_path / "run"
     settings = RunSettings("valid_unseen", "expert", ("act",))
