@@ -21,6 +21,7 @@ A thought is generated to the end of its line. All requests of a turn's episodes
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
 import threading
@@ -191,7 +192,10 @@ class ServedPolicy:
         self.max_thought_tokens = max_thought_tokens or MAX_THOUGHT_TOKENS
         self.tokenizer_source = tokenizer
         self._tokenizer = _load_tokenizer(tokenizer) if tokenizer else None
-        self._heads: dict[str, str] = {}
+        chat = bool(getattr(self._tokenizer, "chat_template", None))
+        # the chat template rendered once per episode prefix, for every episode that can be in flight
+        self._head = functools.lru_cache(maxsize=max_requests)(
+            lambda prefix: render_head(self._tokenizer, prefix, chat) if chat else prefix)
         self.client = Client(endpoint, os.environ.get(key_variable), retry, max_requests)
         self.endpoint = public_url(self.client.base)
         self.stats = self.client.stats
@@ -261,12 +265,11 @@ class ServedPolicy:
 
     # --- requests --------------------------------------------------------------------------------
 
+    def _prefix(self, context: Context) -> str:
+        return context.prefix if self.shots else context.zero_shot_prefix
+
     def _text(self, context: Context) -> str:
-        prefix = context.prefix if self.shots else context.zero_shot_prefix
-        if prefix not in self._heads:  # the chat template once per episode, not once per request
-            chat = bool(getattr(self._tokenizer, "chat_template", None))
-            self._heads = {prefix: render_head(self._tokenizer, prefix, chat) if chat else prefix}
-        return render(self._heads[prefix], context.turns, self.window).text
+        return render(self._head(self._prefix(context)), context.turns, self.window).text
 
     def _score(self, asked: dict[int, tuple[Context, list[str]]]) -> dict[int, list[float] | Exception]:
         calls, owners = [], []
@@ -295,8 +298,8 @@ class ServedPolicy:
             body: dict[str, Any] = {"model": self.model, "max_tokens": limit, "temperature": self.temperature,
                                     "stop": ["\n"], "seed": self.seed}
             if self.api == "chat":
-                prefix = context.prefix if self.shots else context.zero_shot_prefix
-                calls.append(("/chat/completions", {**body, "messages": chat_messages(prefix, context.turns, self.window)}))
+                messages = chat_messages(self._prefix(context), context.turns, self.window)
+                calls.append(("/chat/completions", {**body, "messages": messages}))
             else:
                 forced = " " + THINK_PREFIX if how == "thought" else ""
                 calls.append(("/completions", {**body, "prompt": self._text(context) + forced}))
