@@ -30,6 +30,8 @@ MODEL_HELP = ("base (the untuned embedded SmolLM2-135M-Instruct), or a local mod
               "file (implies --policy hf); with --endpoint, the name the server serves its model under.")
 ACTION_MODE_HELP = ("Model actions: scored (rank every admissible command), constrained (write one token by token "
                     "within the admissible ones) or free (generate); default: the model card's, else scored.")
+DTYPE_HELP = ("Model weights: float32, bfloat16, or int8 (CPU only: linear layers in int8, quantized as they run); "
+              "default: bfloat16 on a GPU or a CPU with AMX, else float32.")
 ENDPOINT_HELP = ("Base URL of an OpenAI-compatible server (vLLM, SGLang, llama.cpp, Ollama, transformers serve) "
                  "whose model --model names plays; its key, if any, from $OPENAI_API_KEY.")
 API_HELP = ("With --endpoint: completions (this package's rendering; scored or free) or chat (the server's chat "
@@ -169,6 +171,7 @@ def run(
     shots: Optional[int] = typer.Option(None, help="Model prompt examples: 2 or 0 (default: 2, or 0 for a model fine-tuned here)."),
     window: int = typer.Option(0, min=0, help="Model context: only the last N turns (0: the whole episode)."),
     device: str = typer.Option("auto", help="Model device: auto, cpu, cuda, ..."),
+    dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
     endpoint: Optional[str] = typer.Option(None, help=ENDPOINT_HELP),
     api: str = typer.Option("completions", help=API_HELP),
     tokenizer: Optional[str] = typer.Option(None, help=TOKENIZER_HELP),
@@ -185,7 +188,7 @@ def run(
 
     refs = _games_with_index(game, index)
     rule = get_rhythm(rhythm)
-    chosen = _policy(policy, model, seed, action_mode, device, shots, window, rhythms=[rule.name],
+    chosen = _policy(policy, model, seed, action_mode, device, shots, window, dtype, rhythms=[rule.name],
                      served={"endpoint": endpoint, "api": api, "tokenizer": tokenizer})
     env = HouseholdEnv(refs)
     typer.echo(typer.style(f"{refs[index].name} · {rule.name} · {chosen.name}", bold=True))
@@ -203,7 +206,8 @@ def run(
 
 
 def _policy(policy: str, model: Optional[str], seed: int, action_mode: Optional[str] = None, device: str = "auto",
-            shots: Optional[int] = None, window: int = 0, rhythms: Sequence[str] = (), served: Optional[dict] = None):
+            shots: Optional[int] = None, window: int = 0, dtype: Optional[str] = None, rhythms: Sequence[str] = (),
+            served: Optional[dict] = None):
     """The policy, with every model it will play `rhythms` with loaded now (a bad model fails here, not
     mid-run); with `served["endpoint"]`, the model of that server (checked now too)."""
     from sparse_react.policies import make_policy
@@ -212,7 +216,7 @@ def _policy(policy: str, model: Optional[str], seed: int, action_mode: Optional[
     if served and served.get("endpoint"):
         return make_policy("served", seed, model=model, action_mode=action_mode, shots=shots, window=window, **served)
     spec = f"hf:{model}" if model else policy
-    settings = {"action_mode": action_mode, "device": device, "shots": shots, "window": window} \
+    settings = {"action_mode": action_mode, "device": device, "shots": shots, "window": window, "dtype": dtype} \
         if spec.startswith("hf") else {}
     chosen = make_policy(spec, seed, **settings)
     if isinstance(chosen, ShippedPolicy):
@@ -267,6 +271,7 @@ def eval_(
     action_mode: Optional[str] = typer.Option(None, help=ACTION_MODE_HELP),
     shots: Optional[int] = typer.Option(None, help="Model prompt examples: 2 or 0 (default: 2, or 0 for a model fine-tuned here)."),
     window: int = typer.Option(0, min=0, help="Model context: only the last N turns (0: the whole episode)."),
+    dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
     rhythms: str = typer.Option("sparse", "--rhythms", "--rhythm", help="Comma-separated: sparse,dense,im,act."),
     variants: str = typer.Option("0", help="Comma-separated prompt variants (0-5)."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N games (after the filters)."),
@@ -314,7 +319,7 @@ def eval_(
                         "rather than --workers or --backend ray")
     if concurrency and not endpoint:
         raise UserError("--concurrency is for a served model (--endpoint); a local model plays --batch episodes at once")
-    chosen = _policy(policy, model, seed, action_mode, shots=shots, window=window, rhythms=names,
+    chosen = _policy(policy, model, seed, action_mode, shots=shots, window=window, dtype=dtype, rhythms=names,
                      served={"endpoint": endpoint, "api": api, "tokenizer": tokenizer})
     rules = LoopRules(max_steps=max_steps, thoughts_count=not thoughts_free)
     name = f"served:{model}" if endpoint else f"hf:{model}" if model else policy
@@ -469,6 +474,8 @@ def rounds(
     train_games: str = typer.Option("alfworld:train", help="The games the model plays each round."),
     train_limit: Optional[int] = typer.Option(None, min=1, help="Only the first N train games."),
     train_task_types: Optional[str] = typer.Option(None, help="Comma-separated task types of the train games."),
+    train_filter: Optional[str] = typer.Option(None, help="Only train games whose name matches this regular "
+                                                          "expression (as `eval --filter`)."),
     eval_sets: str = typer.Option("valid_unseen", help="Comma-separated evaluation sets."),
     eval_limit: Optional[int] = typer.Option(None, min=1, help="Only the first N games of each evaluation set."),
     max_steps: int = typer.Option(50, help="Step budget of every episode."),
@@ -478,6 +485,8 @@ def rounds(
     lora_rank: int = typer.Option(8, min=1),
     max_length: int = typer.Option(2048, min=16, help="Tokens per training example."),
     batch: int = typer.Option(16, min=1, help="Episodes decided together when playing."),
+    seed_model: Optional[Path] = typer.Option(None, help="Round 0's model, already trained on the seed data (e.g. "
+                                                         "a shipped adapter): copied instead of trained."),
 ) -> None:
     """Learn from the model's own play: play, relabel (or keep the wins), retrain, evaluate, round after round."""
     from sparse_react.rhythms import get_rhythm
@@ -485,7 +494,8 @@ def rounds(
 
     settings = RoundsSettings(get_rhythm(rhythm).name, str(seed_data), count, arm, retrain, train_games, train_limit,
                               train_task_types, tuple(s.strip() for s in eval_sets.split(",") if s.strip()),
-                              eval_limit, max_steps, base, train_steps, learning_rate, lora_rank, max_length, batch)
+                              eval_limit, max_steps, base, train_steps, learning_rate, lora_rank, max_length, batch,
+                              train_filter=train_filter, seed_model=str(seed_model) if seed_model else None)
     path = run_rounds(settings, out)
     typer.echo(path.read_text())
 

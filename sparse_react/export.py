@@ -77,6 +77,12 @@ def episode_messages(episode: Episode) -> list[dict[str, str]]:
     return messages
 
 
+def in_game_order(episodes: Sequence[Episode]) -> list[Episode]:
+    """A run's episodes by game name, rhythm and prompt variant, not in the order workers finished
+    them, so that the same runs always give the same data file (and the same sha256 in a card)."""
+    return sorted(episodes, key=lambda e: (e.settings.get("game_name", e.game), e.rhythm, e.prompt_variant))
+
+
 def export(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAULT_EVAL_SETS,
            rhythm: str | None = None) -> ExportSummary:
     """Write every won episode of `runs` (run folders or episode files) to `out` (JSON lines).
@@ -84,7 +90,7 @@ def export(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAULT_EVA
     `rhythm` keeps one rhythm only. Raises ExportError when an episode's game is one of the
     evaluation games of `exclude`, or when nothing would be written.
     """
-    episodes = [(label, e) for label, eps in load_runs(runs) for e in eps
+    episodes = [(label, e) for label, eps in load_runs(runs) for e in in_game_order(eps)
                 if rhythm is None or e.rhythm == get_rhythm(rhythm).name]
     won = [(label, e) for label, e in episodes if e.won]
     if not won:

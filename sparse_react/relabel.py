@@ -18,7 +18,8 @@ from typing import Sequence
 from sparse_react.agent import Context, Decision, LoopRules, Request, run_episode
 from sparse_react.env import HouseholdEnv
 from sparse_react.errors import UserError
-from sparse_react.export import DATA_FORMAT, DEFAULT_EVAL_SETS, _refuse_leaks, episode_messages, eval_games, game_digest
+from sparse_react.export import (DATA_FORMAT, DEFAULT_EVAL_SETS, _refuse_leaks, episode_messages, eval_games, game_digest,
+                                 in_game_order)
 from sparse_react.games.catalog import BUNDLED_SPLITS, GameRef, GameSetError, alfworld_data_dir, bundled_games_dir, game_ref
 from sparse_react.lines import THOUGHT_REPLY, Kind, thought_line
 from sparse_react.policies.expert import ExpertError, Label, RelabellingExpertPolicy
@@ -181,7 +182,7 @@ def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAU
                  lost_only: bool = False) -> RelabelSummary:
     """Relabel every state of every episode of `runs` (run folders or episode files) into `out`
     (JSON lines of training examples). Refuses evaluation games like `export` does."""
-    episodes = [(label, e) for label, eps in load_runs(runs) for e in eps if not (lost_only and e.won)]
+    episodes = [(label, e) for label, eps in load_runs(runs) for e in in_game_order(eps) if not (lost_only and e.won)]
     _refuse_leaks([e for _, e in episodes], eval_games(exclude), exclude)
     out.parent.mkdir(parents=True, exist_ok=True)
     written, unlabelled = 0, []

@@ -1,6 +1,7 @@
 """Learning from its own play, in rounds. Round 0 trains a LoRA adapter on the seed data (the
-searching expert's won episodes); each later round plays the last round's model on train games,
-turns what it did into new data, adds it to the last round's data, trains again and evaluates.
+searching expert's won episodes), or copies one already trained on it (`seed_model`); each later
+round plays the last round's model on train games, turns what it did into new data, adds it to the
+last round's data, trains again and evaluates.
 
 Two arms: `dagger` relabels every state the model reached with the line the relabelling expert
 writes there (`sparse-react relabel`: DAgger's aggregation); `bootstrap` keeps the model's own won
@@ -16,8 +17,10 @@ when its output is there: a rerun resumes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
@@ -60,6 +63,8 @@ class RoundsSettings:
     lora_rank: int = 8
     max_length: int = 2048
     batch: int = 16
+    train_filter: str | None = None  # only train games whose name matches this regular expression
+    seed_model: str | None = None  # round 0's model when it is already trained on the seed data (copied, not trained)
 
     def check(self) -> None:
         if self.arm not in ARMS:
@@ -71,6 +76,22 @@ class RoundsSettings:
         if not Path(self.seed_data).is_file():
             raise RoundsError(f"seed data {self.seed_data} not found: export the expert's won episodes first "
                               f"(`sparse-react export RUN --rhythm {self.rhythm} --out DATA.jsonl`)")
+        if self.seed_model:
+            card = Path(self.seed_model) / MODEL_CARD
+            if not card.is_file():
+                raise RoundsError(f"seed model {self.seed_model} has no {MODEL_CARD}: give a model folder that "
+                                  f"`sparse-react finetune` wrote")
+            made = json.loads(card.read_text())
+            data = Path(self.seed_data).read_bytes()
+            # Cards older than export's game order hold the sha256 of episodes in the order workers
+            # finished them; the same examples in another order have the same count and size.
+            same = made.get("data_sha256") == hashlib.sha256(data).hexdigest() or (
+                made.get("examples") == len(data.splitlines()) and made.get("data_bytes") == len(data))
+            if not same:
+                raise RoundsError(f"seed model {self.seed_model} was trained on other data than {self.seed_data} "
+                                  f"(its card: {made.get('examples')} examples, {made.get('data_bytes')} bytes, "
+                                  f"sha256 {made.get('data_sha256')}); rebuild the seed data with the "
+                                  f"commands in its card, or drop --seed-model")
 
 
 def run_rounds(settings: RoundsSettings, out: Path) -> Path:
@@ -88,7 +109,8 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
             last = out / f"round-{k - 1}"
             play = folder / "play"
             selection = [*(["--limit", str(settings.train_limit)] if settings.train_limit else []),
-                         *(["--task-types", settings.train_task_types] if settings.train_task_types else [])]
+                         *(["--task-types", settings.train_task_types] if settings.train_task_types else []),
+                         *(["--filter", settings.train_filter] if settings.train_filter else [])]
             steps.run(["eval", "--games", settings.train_games, *selection, "--model", str(last / "model"),
                        "--rhythms", settings.rhythm, "--max-steps", str(settings.max_steps),
                        "--batch", str(settings.batch), "--out", str(play)], done=data.is_file())
@@ -101,11 +123,14 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
             _write_once(data, (last / "data.jsonl").read_bytes() + new.read_bytes())
         model = folder / "model"
         start = ["--init-adapter", str(out / f"round-{k - 1}" / "model")] if k and settings.retrain == "continue" else []
-        steps.run(["finetune", "--data", str(data), "--out", str(model), "--max-steps", str(settings.train_steps),
-                   "--learning-rate", str(settings.learning_rate), "--lora", "--lora-rank", str(settings.lora_rank),
-                   "--max-length", str(settings.max_length), "--save-steps", "20",
-                   *(["--base", settings.base] if settings.base else []), *start],
-                  done=(model / MODEL_CARD).is_file())
+        if k == 0 and settings.seed_model:
+            _copy_once(Path(settings.seed_model), model)
+        else:
+            steps.run(["finetune", "--data", str(data), "--out", str(model), "--max-steps", str(settings.train_steps),
+                       "--learning-rate", str(settings.learning_rate), "--lora", "--lora-rank", str(settings.lora_rank),
+                       "--max-length", str(settings.max_length), "--save-steps", "20",
+                       *(["--base", settings.base] if settings.base else []), *start],
+                      done=(model / MODEL_CARD).is_file())
         for games in settings.eval_sets:
             steps.run(["eval", "--games", games, "--model", str(model), "--rhythms", settings.rhythm,
                        "--max-steps", str(settings.max_steps), "--batch", str(settings.batch),
@@ -136,6 +161,15 @@ def _write_once(path: Path, content: bytes) -> None:
         os.replace(partial, path)
 
 
+def _copy_once(source: Path, path: Path) -> None:
+    """Copy a model folder whole or not at all, like `_write_once`."""
+    if not path.exists():
+        partial = path.with_name(path.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(source, partial)
+        os.replace(partial, path)
+
+
 def _finished(run: Path, games: str, limit: int | None) -> bool:
     """Whether an evaluation run folder holds all its episodes (an unfinished one resumes when run again)."""
     if not (run / SETTINGS_FILE).is_file() or not (run / EPISODES_FILE).is_file():
@@ -162,6 +196,8 @@ def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]
     header = ["round", "examples", "new", "training (min)", "last loss", "set", *COLUMNS]
     return "\n\n".join([
         f"# Rounds: {settings.arm}, {settings.rhythm} rhythm, retrained from {settings.retrain}",
+        *([f"Round 0's model is {settings.seed_model}, copied (its card holds the commands that made it)."]
+          if settings.seed_model else []),
         markdown_table(header, rows),
         "Success is the game's `won`. The commands (a rerun skips what is done):",
         "```bash\n" + "\n".join(commands) + "\n```"]) + "\n"

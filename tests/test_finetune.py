@@ -58,6 +58,15 @@ def test_export_writes_chat_messages_with_the_agents_lines_as_assistant(expert_d
     assert any(m["content"].startswith("think:") for r in records for m in r["messages"] if m["role"] == "assistant")
 
 
+def test_export_gives_the_same_file_whatever_order_the_episodes_finished_in(expert_data, tmp_path):
+    _, path = expert_data
+    run = path.parent / "run" / "episodes.jsonl"
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "episodes.jsonl").write_text("".join(reversed(run.read_text().splitlines(keepends=True))))
+    export([tmp_path / "run"], tmp_path / "data.jsonl")
+    assert (tmp_path / "data.jsonl").read_bytes() == path.read_bytes()
+
+
 def test_labels_cover_only_the_agents_lines(expert_data, tiny):
     _, path = expert_data
     loaded = load_model(tiny, device="cpu")

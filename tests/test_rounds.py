@@ -32,6 +32,13 @@ def toy(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def seed_model(toy):
+    """An adapter trained on the seed data: round 0 alone."""
+    run_rounds(settings(toy, rounds=0), toy / "zero")
+    return toy / "zero" / "round-0" / "model"
+
+
 def settings(toy, **changes) -> RoundsSettings:
     base = dict(rhythm="sparse", seed_data=str(toy / "seed.jsonl"), rounds=2, train_games="train", train_limit=2,
                 eval_sets=("valid_unseen",), eval_limit=2, max_steps=4, base=str(toy / "tiny"), train_steps=2,
@@ -69,12 +76,25 @@ def test_two_dagger_rounds_grow_the_data_and_each_model_loads(toy, capsys):
         run_rounds(settings(toy, arm="bootstrap"), out)
 
 
-def test_bootstrap_and_continued_training_run_a_round(toy):
+def test_bootstrap_and_continued_training_run_a_round_from_a_seed_model(toy, seed_model):
     out = toy / "bootstrap"
-    run_rounds(settings(toy, rounds=1, arm="bootstrap", retrain="continue"), out)
+    table = run_rounds(settings(toy, rounds=1, arm="bootstrap", retrain="continue", seed_model=str(seed_model),
+                                train_filter="Newspaper"), out)
+    assert (out / "round-0" / "model" / "sparse_react.json").read_text() == (seed_model / "sparse_react.json").read_text()
+    assert "copied" in table.read_text() and table.read_text().count("sparse-react finetune") == 1
     played = [json.loads(line) for line in (out / "round-1" / "play" / "episodes.jsonl").read_text().splitlines()]
+    assert len(played) == 2 and all("Newspaper" in e["settings"]["game_name"] for e in played)
     assert lines(out / "round-1" / "new.jsonl") == sum(e["won"] for e in played)
     assert lines(out / "round-1" / "data.jsonl") == lines(out / "round-0" / "data.jsonl") + sum(e["won"] for e in played)
     card = json.loads((out / "round-1" / "model" / "sparse_react.json").read_text())
     assert card["settings"]["init_adapter"] == str(out / "round-0" / "model") and card["kind"] == "lora"
     assert load_model(out / "round-1" / "model", device="cpu").model is not None
+
+
+def test_a_seed_model_trained_on_other_data_is_refused(toy, seed_model, tmp_path):
+    other = tmp_path / "other.jsonl"
+    other.write_text((toy / "seed.jsonl").read_text().splitlines()[0] + "\n")
+    with pytest.raises(RoundsError, match="trained on other data than .*other.jsonl"):
+        run_rounds(settings(toy, seed_data=str(other), seed_model=str(seed_model)), tmp_path / "r")
+    with pytest.raises(RoundsError, match="has no sparse_react.json"):
+        run_rounds(settings(toy, seed_model=str(tmp_path)), tmp_path / "r")
