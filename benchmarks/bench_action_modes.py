@@ -6,8 +6,7 @@ tree of all candidates); `constrained` writes the command token by token, choosi
 that continue an admissible command (a few one-token passes). An arm `MODE:nodrafts` writes each
 thought one token per pass instead of checking drafted tokens (the same text either way); `MODE:stock`
 attends with transformers' own SDPA attention, which copies the key/value cache once per query head
-(`sparse_react.policies.attention`; the same numbers either way); `MODE:int8` plays a copy whose linear
-layers run in int8 (`--dtype int8`). Options combine (`scored:stock:nodrafts`).
+(`sparse_react.policies.attention`; the same numbers either way). Options combine (`scored:stock:nodrafts`).
 The last column says whether an arm wrote the same lines as the first arm of its mode. Whole
 episodes with the 50-step budget, 16 decided together, as `sparse-react eval` plays them.
 
@@ -36,19 +35,15 @@ def main() -> None:
     from sparse_react.evaluate import evaluate
     from sparse_react.games.catalog import find_games
     from sparse_react.policies.attention import GROUPED_SDPA
-    from sparse_react.policies.hf import HFPolicy, LoadedModel, load_model
+    from sparse_react.policies.hf import HFPolicy, load_model
     from sparse_react.policies.shipped import shipped_adapter
 
     every = find_games(args.games)
     games = every[:: max(1, len(every) // args.limit)][: args.limit]
-    models: dict[str | None, LoadedModel] = {}
+    loaded = load_model(args.model or shipped_adapter(args.rhythm), "cpu")
     rows, first_lines = [], {}
     for arm in args.arms.split(","):
         mode, *options = arm.split(":")
-        dtype = "int8" if "int8" in options else None
-        if dtype not in models:
-            models[dtype] = load_model(args.model or shipped_adapter(args.rhythm), "cpu", dtype)
-        loaded = models[dtype]
         policy = HFPolicy(loaded=loaded, action_mode=mode, drafts="nodrafts" not in options)
         loaded.model.set_attn_implementation("sdpa" if "stock" in options else GROUPED_SDPA)
         started = time.perf_counter()

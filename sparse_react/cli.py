@@ -30,8 +30,7 @@ MODEL_HELP = ("base (the untuned embedded SmolLM2-135M-Instruct), or a local mod
               "file (implies --policy hf); with --endpoint, the name the server serves its model under.")
 ACTION_MODE_HELP = ("Model actions: scored (rank every admissible command), constrained (write one token by token "
                     "within the admissible ones) or free (generate); default: the model card's, else scored.")
-DTYPE_HELP = ("Model weights: float32, bfloat16, or int8 (CPU only: linear layers in int8, quantized as they run); "
-              "default: bfloat16 on a GPU or a CPU with AMX, else float32.")
+DTYPE_HELP = "Model weights: float32 or bfloat16 (default: bfloat16 on a GPU or a CPU with AMX, else float32)."
 ENDPOINT_HELP = ("Base URL of an OpenAI-compatible server (vLLM, SGLang, llama.cpp, Ollama, transformers serve) "
                  "whose model --model names plays; its key, if any, from $OPENAI_API_KEY.")
 API_HELP = ("With --endpoint: completions (this package's rendering; scored or free) or chat (the server's chat "

@@ -138,6 +138,17 @@ def test_export_then_finetune_from_the_command_line(train_run, tmp_path):
     assert card["steps"] == 2 and card["examples"] == won and f"trained 2 steps on {won} sparse" in result.stdout
 
 
+def test_dtype_is_a_setting_of_the_model_policy(tmp_path):
+    from tiny import tiny_model
+
+    tiny_model(tmp_path / "tiny", chat=True)
+    args = ["run", "valid_unseen", "--model", str(tmp_path / "tiny"), "--max-steps", "2", "--device", "cpu"]
+    result = cli(*args, "--dtype", "bfloat16", "--out", str(tmp_path / "run.jsonl"), env={"HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stderr
+    assert read_episodes(tmp_path / "run.jsonl")[0].policy_spec["dtype"] == "bfloat16"
+    assert_user_error(cli(*args, "--dtype", "int8", env={"HF_HUB_OFFLINE": "1"}), "unknown dtype 'int8'")
+
+
 def test_games_generate_writes_games_that_show_and_solve(tmp_path):
     result = cli("games", "generate", "--out", str(tmp_path), "--seed", "5", "--count", "2", "--split", "train")
     assert result.returncode == 0, result.stderr

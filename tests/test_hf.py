@@ -189,25 +189,6 @@ def test_batched_decisions_match_one_episode_at_a_time(bundled_unseen, tiny, act
     assert runs[4][1]["forward_calls"] < runs[1][1]["forward_calls"]
 
 
-def test_int8_quantizes_every_linear_layer_and_plays(env, bundled_unseen, tiny):
-    from sparse_react.policies import policy_from_spec
-
-    folder, exact = tiny
-    policy = HFPolicy(model=folder, device="cpu", dtype="int8", max_thought_tokens=8)
-    linear = [m for m in policy.model.modules() if isinstance(m, torch.nn.Linear)]
-    quantized = [m for m in policy.model.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
-    assert not linear and len(quantized) == sum(isinstance(m, torch.nn.Linear) for m in exact.model.modules())
-    ids = torch.tensor([exact.tokenizer("You arrive at drawer 1. > open drawer 1")["input_ids"]])
-    with torch.inference_mode():
-        full, int8 = exact.model(ids).logits, policy.model(ids).logits
-    assert (int8 - full).abs().max() < 0.1 * full.abs().max()
-    episode = _play(env, bundled_unseen[0], policy, "sparse")
-    assert len(episode.entries) == 8 and policy.spec()["dtype"] == "int8"
-    assert policy_from_spec("hf", policy.spec()).spec()["dtype"] == "int8"
-    with pytest.raises(ModelError, match="int8 runs on a CPU only"):
-        load_model(folder, device="meta", dtype="int8")
-
-
 @pytest.mark.parametrize("raw, command", [
     ('> "go to desk 1".', "go to desk 1"),
     ("Action: take pen 1 from desk 1!", "take pen 1 from desk 1"),

@@ -30,7 +30,6 @@ import importlib.util
 import inspect
 import json
 import re
-import warnings
 from functools import lru_cache
 from importlib import metadata
 from dataclasses import dataclass, field
@@ -91,22 +90,17 @@ def cpu_has_native_bf16() -> bool:
     return "amx_bf16" in flags
 
 
-INT8 = "int8"  # float32 weights whose linear layers run in int8 (dynamic quantization, CPU only)
-
-
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
     """None is bfloat16 on an accelerator or a CPU with AMX (measured there 1.4× faster alone and
     2.2× in batches than float32, benchmarks/bench_batch.py), else float32; a name like
     `float16` is looked up in torch."""
     if isinstance(dtype, torch.dtype):
         return dtype
-    if dtype == INT8:
-        return torch.float32
     if dtype is None:
         return torch.bfloat16 if device.type != "cpu" or cpu_has_native_bf16() else torch.float32
     value = getattr(torch, str(dtype), None)
-    if not isinstance(value, torch.dtype):
-        raise ModelError(f"unknown dtype {dtype!r}")
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        raise ModelError(f"unknown dtype {dtype!r}; a floating-point one such as float32 or bfloat16")
     return value
 
 
@@ -144,15 +138,13 @@ def load_model(model: str | Path | None = None, device: str = "auto", dtype: str
         raise ModelError(f"model not found: {model}")
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
-    if dtype == INT8 and torch_device.type != "cpu":
-        raise ModelError(f"dtype int8 runs on a CPU only, not on {torch_device}; use bfloat16 there")
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         lm = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **kwargs)
     except Exception as exc:  # transformers raises many kinds; the message must name what failed
         raise _load_error(path if path.exists() else str(model), exc) from exc
     lm.to(torch_device).eval()
-    return LoadedModel(tokenizer, quantized(lm, dtype), torch_device, str(path) if path.exists() else source)
+    return LoadedModel(tokenizer, lm, torch_device, str(path) if path.exists() else source)
 
 
 def _load_adapter(path: Path, device: str, dtype: str | torch.dtype | None, trust_remote_code: bool,
@@ -181,29 +173,8 @@ def _load_adapter(path: Path, device: str, dtype: str | torch.dtype | None, trus
         raise ModelError(f"cannot load the LoRA adapter in {path} ({_reason(exc)}): its files are damaged or "
                          f"do not fit the base; reinstall sparse_react or retrain it with `sparse-react finetune "
                          f"--lora`") from exc
-    if dtype == INT8 and loaded.device.type != "cpu":
-        raise ModelError(f"dtype int8 runs on a CPU only, not on {loaded.device}; use bfloat16 there")
     lm.to(dtype=resolve_dtype(dtype, loaded.device)).eval()
-    return LoadedModel(loaded.tokenizer, quantized(lm, dtype), loaded.device, str(path))
-
-
-def quantized(lm: Any, dtype: str | torch.dtype | None) -> Any:
-    """With dtype `int8`, every linear layer (the LM head too) swapped in place for one that keeps
-    int8 weights and quantizes its input on the fly; any other dtype leaves the model as it is."""
-    if dtype != INT8:
-        return lm
-    from torch.ao.quantization import quantize_dynamic
-
-    with warnings.catch_warnings():  # the eager API is deprecated for torchao, but still the one on CPUs
-        warnings.simplefilter("ignore")
-        return quantize_dynamic(lm, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
-
-
-def dtype_name(model: Any) -> str:
-    """The weights' dtype as `load_model` takes it back: `int8` for a dynamically quantized model."""
-    if any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in model.modules()):
-        return INT8
-    return str(model.dtype).removeprefix("torch.")
+    return LoadedModel(loaded.tokenizer, lm, loaded.device, str(path))
 
 
 def _check_adapter_file(path: Path) -> None:
@@ -526,7 +497,7 @@ class HFPolicy:
         self._spec = {  # once: every episode record carries it
             "kind": self.name, "model": self.loaded.source, "weights_sha256": weights_sha256(self.loaded.source),
             **({"base_sha256": card["base_identity"]["sha256"]} if "base_identity" in card else {}),
-            "dtype": dtype_name(self.model), "device": str(self.device),
+            "dtype": str(self.model.dtype).removeprefix("torch."), "device": str(self.device),
             "action_mode": self.action_mode, "temperature": self.temperature, "seed": self.seed,
             "shots": self.shots, "window": self.window, "chat": self.chat, "max_thought_tokens": self.max_thought_tokens}
 
