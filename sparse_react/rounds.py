@@ -122,10 +122,10 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
                 steps.run([*verb, "--out", str(new)], done=data.is_file())
             _write_once(data, (last / "data.jsonl").read_bytes() + new.read_bytes())
         model = folder / "model"
-        start = ["--init-adapter", str(out / f"round-{k - 1}" / "model")] if k and settings.retrain == "continue" else []
         if k == 0 and settings.seed_model:
             _copy_once(Path(settings.seed_model), model)
         else:
+            start = ["--init-adapter", str(out / f"round-{k - 1}" / "model")] if k and settings.retrain == "continue" else []
             steps.run(["finetune", "--data", str(data), "--out", str(model), "--max-steps", str(settings.train_steps),
                        "--learning-rate", str(settings.learning_rate), "--lora", "--lora-rank", str(settings.lora_rank),
                        "--max-length", str(settings.max_length), "--save-steps", "20",
