@@ -1,12 +1,13 @@
 """How a model picks its command, and what that costs: the same model plays the same bundled games in
 each action mode in one run, and the table gives wins, turns a second and tokens encoded per turn.
 
-`scored` ranks every admissible command by its length-normalised log-likelihood (one pass over the
-tree of all candidates); `constrained` writes the command token by token, choosing only among tokens
+`scored` ranks every admissible command by its length-normalised log-likelihood (a best-first search
+of the tree of candidates over a few passes, feeding only the branches that can still win; an arm
+`scored:full` feeds the whole tree in one pass); `constrained` writes the command token by token, choosing only among tokens
 that continue an admissible command (a few one-token passes). An arm `MODE:nodrafts` writes each
 thought one token per pass instead of checking drafted tokens (the same text either way); `MODE:stock`
 attends with transformers' own SDPA attention, which copies the key/value cache once per query head
-(`sparse_react.policies.attention`; the same numbers either way). Options combine (`scored:stock:nodrafts`).
+(`sparse_react.policies.attention`; the same numbers either way). Options combine (`scored:full:nodrafts`).
 The last column says whether an arm wrote the same lines as the first arm of its mode. Whole
 episodes with the 50-step budget, 16 decided together, as `sparse-react eval` plays them.
 
@@ -44,7 +45,7 @@ def main() -> None:
     rows, first_lines = [], {}
     for arm in args.arms.split(","):
         mode, *options = arm.split(":")
-        policy = HFPolicy(loaded=loaded, action_mode=mode, drafts="nodrafts" not in options)
+        policy = HFPolicy(loaded=loaded, action_mode=mode, drafts="nodrafts" not in options, prune="full" not in options)
         loaded.model.set_attn_implementation("sdpa" if "stock" in options else GROUPED_SDPA)
         started = time.perf_counter()
         episodes = evaluate(games, policy, args.rhythm, progress=False, batch=args.batch)

@@ -170,6 +170,53 @@ def test_grouped_attention_computes_what_transformers_sdpa_computes(env, bundled
     assert ran[GROUPED_SDPA, "lines"] == ran["sdpa", "lines"]
 
 
+def test_best_first_scoring_chooses_what_the_whole_trie_chooses(bundled_unseen, tiny):
+    from sparse_react.evaluate import evaluate
+
+    _, loaded = tiny
+    rules = LoopRules(max_steps=8, loop_repeats=0)
+    runs = {}
+    for prune in (False, True):
+        policy = HFPolicy(loaded=loaded, max_thought_tokens=4, prune=prune)
+        episodes = evaluate(bundled_unseen[:4], policy, ["sparse", "dense"], rules=rules, progress=False, batch=4)
+        assert all(e.error is None for e in episodes), [e.error for e in episodes]
+        runs[prune] = ([[(e.kind, e.text) for e in ep.entries] for ep in episodes], policy.stats)
+    assert runs[True][0] == runs[False][0]
+    assert {kind for ep in runs[True][0] for kind, _ in ep} == {Kind.ACTION, Kind.THOUGHT}
+    # the tiny model's flat distributions leave nothing to prune: the search feeds the trie in more passes
+    assert runs[True][1]["forward_calls"] > runs[False][1]["forward_calls"]
+
+
+def test_best_first_search_never_feeds_a_subtree_that_cannot_win():
+    from sparse_react.policies.hf import _TrieSearch
+
+    def dist(**probs):  # a next-token distribution over 10 tokens, the rest spread evenly
+        p = torch.full((10,), (1 - sum(probs.values())) / (10 - len(probs)))
+        for token, value in probs.items():
+            p[int(token[1:])] = value
+        return p.log()
+
+    candidates = [[1, 2, 9], [1, 3, 9], [4, 5, 6, 9], [7]]
+    after = {(1,): dist(t2=0.6, t3=0.35), (1, 2): dist(t9=0.3), (1, 3): dist(t9=0.5)}
+    search = _TrieSearch(candidates, dist(t1=0.8, t4=0.01, t7=0.001))
+    fed, prefix = [], {}
+    for node, key in enumerate(dict.fromkeys(tuple(c[:k]) for c in candidates for k in range(1, len(c)))):
+        prefix[node] = key
+    while nodes := search.next(1):
+        for node in nodes:
+            fed.append(prefix[node])
+            search.column[node] = len(fed)
+            search.fed(node, after[prefix[node]])
+    assert fed == [(1,), (1, 2), (1, 3)]  # `4 5 6` is never fed: its first token alone rules it out
+    exact = [sum(float(lp) for lp in terms) / len(terms) for terms in (
+        [dist(t1=0.8, t4=0.01, t7=0.001)[1], after[(1,)][2], after[(1, 2)][9]],
+        [dist(t1=0.8, t4=0.01, t7=0.001)[1], after[(1,)][3], after[(1, 3)][9]],
+        [dist(t1=0.8, t4=0.01, t7=0.001)[7]])]
+    assert search.scores[0] == pytest.approx(exact[0]) and search.scores[1] == pytest.approx(exact[1])
+    assert search.scores[3] == pytest.approx(exact[2]) and search.scores[2] == float("-inf")
+    assert search.best == search.scores[0] == max(search.scores)
+    assert search.ancestors(2) == [1]  # `1 3` reads the column `1` was fed into
+
 @pytest.mark.filterwarnings("error:a batched decision failed")  # no silent fallback to one at a time
 @pytest.mark.parametrize("action_mode, shots", [("scored", 2), ("free", 2), ("scored", 0), ("constrained", 2)])
 def test_batched_decisions_match_one_episode_at_a_time(bundled_unseen, tiny, action_mode, shots):

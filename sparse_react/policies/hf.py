@@ -10,9 +10,10 @@ encoded. The space after `>` belongs to the line (` go to desk 1`), which is how
 tokenisers split `"> go to desk 1"`.
 
 Each turn, by action mode:
-- `scored`: every admissible command (and ` think:` when the rhythm allows a thought) gets its
-  length-normalised log-likelihood, in one forward pass over the shared cached prefix with a tree
-  attention mask; the best one wins.
+- `scored`: the admissible command (or ` think:` when the rhythm allows a thought) with the highest
+  length-normalised log-likelihood wins. The candidates form a token trie over the cached prefix,
+  fed with a tree attention mask; greedily (temperature 0) it is searched best-first over a few
+  passes and branches that cannot win are never fed (`_TrieSearch`), else fed whole in one pass.
 - `constrained`: the model writes the line token by token, each token chosen among those that
   continue an admissible command or ` think:`, until one command is left, so its own first-token
   choice decides between thinking and acting. Fewer tokens than `scored` but more passes
@@ -278,10 +279,78 @@ def _trie(candidates: list[list[int]]) -> tuple[dict[tuple[int, ...], int], list
     return nodes, tokens, parents
 
 
+class _TrieSearch:
+    """Best-first search of one row's candidate trie for the candidate of highest mean log-probability.
+
+    A node (a proper prefix of some candidates) can be fed once its parent has been: its prefix's
+    log-probability sum is then known, and divided by the longest candidate below it, it bounds
+    every mean below it from above (each log-probability is at most 0). Nodes whose bound falls
+    below the best complete candidate are never fed, so the best candidate is the one the whole
+    trie would pick. Candidates left unscored get -inf.
+    """
+
+    def __init__(self, candidates: list[list[int]], root: torch.Tensor) -> None:
+        self.candidates = candidates
+        nodes, self.tokens, self.parents = _trie(candidates)
+        self.depth: list[int] = []
+        for parent in self.parents:
+            self.depth.append(self.depth[parent] + 1 if parent >= 0 else 0)
+        self.longest = [0] * len(self.tokens)
+        self.ends: dict[int, list[int]] = {}
+        self.children: dict[int, list[int]] = {}
+        for node, parent in enumerate(self.parents):
+            self.children.setdefault(parent, []).append(node)
+        for index, c in enumerate(candidates):
+            self.ends.setdefault(nodes[tuple(c[:-1])] if len(c) > 1 else -1, []).append(index)
+            for k in range(1, len(c)):
+                node = nodes[tuple(c[:k])]
+                self.longest[node] = max(self.longest[node], len(c))
+        self.sums: dict[int, float] = {}
+        self.column: dict[int, int] = {}
+        self.frontier: list[int] = []
+        self.scores = [float("-inf")] * len(candidates)
+        self.best = float("-inf")
+        self.fed(-1, root)
+
+    def fed(self, node: int, logprobs: torch.Tensor) -> None:
+        """`node` (-1: the root) has been fed; `logprobs` is the next-token distribution after it."""
+        before = self.sums.get(node, 0.0)
+        for index in self.ends.get(node, []):
+            c = self.candidates[index]
+            self.scores[index] = (before + float(logprobs[c[-1]])) / len(c)
+            self.best = max(self.best, self.scores[index])
+        for child in self.children.get(node, []):
+            self.sums[child] = before + float(logprobs[self.tokens[child]])
+            self.frontier.append(child)
+
+    def next(self, width: int) -> list[int]:
+        """Up to `width` nodes to feed next, highest bound first (none: the search is over)."""
+        bound = {node: self.sums[node] / self.longest[node] for node in self.frontier}
+        self.frontier = sorted((node for node in self.frontier if bound[node] >= self.best), key=bound.__getitem__,
+                               reverse=True)
+        chosen, self.frontier = self.frontier[:width], self.frontier[width:]
+        return chosen
+
+    def ancestors(self, node: int) -> list[int]:
+        """The batch columns of the nodes above `node` (all fed before it)."""
+        columns = []
+        while (node := self.parents[node]) >= 0:
+            columns.append(self.column[node])
+        return columns
+
+
 def _cache_argument(model: Any) -> str:
     """The forward argument that takes the KV cache: `cache` in newer transformers, else `past_key_values`."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # an unmerged peft model passes it on
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def _logits_argument(model: Any) -> str | None:
+    """The forward argument that limits the LM head to the last positions (`logits_to_keep`, earlier
+    `num_logits_to_keep`), or None when the model has neither."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    names = inspect.signature(base.forward).parameters
+    return next((name for name in ("logits_to_keep", "num_logits_to_keep") if name in names), None)
 
 
 def _new_cache(config: Any) -> Any:
@@ -387,11 +456,16 @@ class _Batch:
             self.cache.crop(length - self.cache.get_seq_length())
 
     def forward(self, rows: dict[int, list[int]], parents: dict[int, list[int]] | None = None,
-                count: bool = True) -> torch.Tensor:
+                count: bool = True, depths: dict[int, list[int]] | None = None,
+                sees: dict[int, list[list[int]]] | None = None, last_only: bool = False) -> torch.Tensor:
         """Append each row's tokens (rows not named get padding) and return the logits [B, q, V].
 
         `parents` gives, per row, each token's parent index in that row (-1: the cached prefix
-        only), for tree-shaped candidates; without it each row's tokens are causal text.
+        only), for tree-shaped candidates; without it each row's tokens are causal text. `depths`
+        (with `sees`: per token, the cache columns it may read besides the row's text) places
+        tokens whose ancestors were fed in earlier passes. With `last_only`, each row's text ends
+        at the last column (padding before it) and logits come for that column only (q = 1): the
+        LM head is a fifth of a token's cost.
         """
         policy, batch = self.policy, len(self.streams)
         width = max(len(t) for t in rows.values())
@@ -402,10 +476,13 @@ class _Batch:
         real = torch.zeros(batch, width, dtype=torch.bool)
         for row, tokens in rows.items():
             n = len(tokens)
-            ids[row, :n] = torch.tensor(tokens, dtype=torch.long)
-            real[row, :n] = True
-            if parents is None:
-                allow[row, :n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
+            at = slice(width - n, width) if last_only else slice(0, n)
+            ids[row, at] = torch.tensor(tokens, dtype=torch.long)
+            real[row, at] = True
+            if depths is not None:
+                depth = depths[row]
+            elif parents is None:
+                allow[row, at, at] = torch.ones(n, n, dtype=torch.bool).tril()
                 depth = list(range(n))
             else:
                 depth = [0] * n
@@ -414,35 +491,45 @@ class _Batch:
                         allow[row, i, :n] = allow[row, parent, :n]
                         depth[i] = depth[parent] + 1
                     allow[row, i, i] = True
-            positions[row, :n] = torch.tensor(depth, dtype=torch.long) + self.pos[row]
+            positions[row, at] = torch.tensor(depth, dtype=torch.long) + self.pos[row]
         for row in range(batch):
             positions[row, ~real[row]] = self.pos[row]
-        seen = torch.cat([self.valid[:, None, :].expand(batch, width, length) & real[:, :, None], allow], dim=2)
+        cached = self.valid[:, None, :].expand(batch, width, length) & real[:, :, None]
+        if sees:
+            cached = cached.clone()
+            for row, columns in sees.items():
+                for i, visible in enumerate(columns):
+                    cached[row, i, visible] = True
+        seen = torch.cat([cached, allow], dim=2)
         dtype = policy.model.dtype
         mask = torch.zeros(batch, 1, width, length + width, dtype=dtype)
         mask.masked_fill_(~seen[:, None], torch.finfo(dtype).min)
         policy.stats["forward_calls"] += 1
+        keep = {policy._keep_kwarg: 1} if last_only and policy._keep_kwarg else {}
         out = policy.model(input_ids=ids.to(policy.device), position_ids=positions.to(policy.device),
-                           attention_mask=mask.to(policy.device), use_cache=True, **{policy._cache_kwarg: self.cache})
+                           attention_mask=mask.to(policy.device), use_cache=True, **{policy._cache_kwarg: self.cache},
+                           **keep)
         self.valid = torch.cat([self.valid, real], dim=1)
-        if parents is None:
+        if parents is None and depths is None:
             for row, tokens in rows.items():
                 self.pos[row] += len(tokens)
         if count:  # generated tokens fed back are counted as generated, once
             for row, tokens in rows.items():
                 self.streams[row].tokens += len(tokens)
             policy.stats["tokens_encoded"] += sum(len(t) for t in rows.values())
-        return out.logits
+        return out.logits[:, -1:] if last_only else out.logits
 
     def keep(self, start: int, rows: dict[int, list[int]]) -> None:
-        """Copy each synced row's new columns (from `start`) into its own stream's cache."""
+        """Copy each synced row's new columns (a `last_only` pass's, from `start`) into its own
+        stream's cache."""
         if len(self.streams) == 1:
             return
+        end = start + max(len(t) for t in rows.values())
         for row, tokens in rows.items():
             stream_cache = self.streams[row].cache
             for layer, batch_layer in enumerate(self.cache.layers):
-                stream_cache.update(batch_layer.keys[row:row + 1, :, start:start + len(tokens)],
-                                    batch_layer.values[row:row + 1, :, start:start + len(tokens)], layer)
+                stream_cache.update(batch_layer.keys[row:row + 1, :, end - len(tokens):end],
+                                    batch_layer.values[row:row + 1, :, end - len(tokens):end], layer)
 
 
 class HFPolicy:
@@ -456,19 +543,22 @@ class HFPolicy:
     tokens_generated, full_reencodes, forward_calls and draft_tokens_accepted; `reuse_cache=False`
     recomputes everything each turn (the naive loop, for comparison). `drafts` (greedy decoding
     only) lets a pass check several tokens of a thought at once, guessed from how the policy went
-    on the last time it wrote the same three tokens: the same text in fewer passes. In free mode,
+    on the last time it wrote the same three tokens: the same text in fewer passes. `prune` (greedy
+    only) searches the scored candidates best-first and skips branches that cannot win: the same
+    choice for fewer tokens (False: the whole candidate trie in one pass). In free mode,
     `invalid_actions`/`free_actions` give the rate of commands not admissible.
     """
 
     name = "hf"
     batched = True
     SOLO_SYNC = 256  # a stream with more new tokens than this (a new episode) is encoded on its own
+    PRUNE_WIDTH = 8  # candidate-trie nodes a row feeds per pass in the best-first search
 
     def __init__(self, model: str | Path | None = None, action_mode: str | None = None, device: str = "auto",
                  dtype: str | torch.dtype | None = None, temperature: float = 0.0, seed: int = 0,
                  max_thought_tokens: int | None = None, trust_remote_code: bool = False, reuse_cache: bool = True,
                  chat: bool | None = None, loaded: LoadedModel | None = None, shots: int | None = None,
-                 window: int = 0, drafts: bool = True) -> None:
+                 window: int = 0, drafts: bool = True, prune: bool = True) -> None:
         if action_mode is not None and action_mode not in ACTION_MODES:
             raise ModelError(f"unknown action mode {action_mode!r}; one of {', '.join(ACTION_MODES)}")
         self.loaded = loaded or load_model(model, device, dtype, trust_remote_code)
@@ -479,11 +569,12 @@ class HFPolicy:
         self.temperature, self.seed = temperature, seed
         self.reuse_cache = reuse_cache
         self._cache_kwarg = _cache_argument(self.model)
+        self._keep_kwarg = _logits_argument(self.model)
         self.max_thought_tokens = max(1, max_thought_tokens or card.get("max_thought_tokens", MAX_THOUGHT_TOKENS))
         self.shots = card.get("shots", 2) if shots is None else shots
         if self.shots not in (0, 2):
             raise ModelError(f"shots must be 0 (no examples) or 2 (the prompt's two examples), not {self.shots}")
-        self.window, self.use_drafts = window, drafts
+        self.window, self.use_drafts, self.prune = window, drafts, prune
         self.chat = bool(getattr(self.tokenizer, "chat_template", None)) if chat is None else chat
         self.generator = torch.Generator().manual_seed(seed)
         self.stats = {"tokens_encoded": 0, "tokens_generated": 0, "full_reencodes": 0, "forward_calls": 0,
@@ -559,7 +650,8 @@ class HFPolicy:
                     thinkers.append(row)
                 continue
             lines[row], modes[row] = admissibles[row][choice], "constrained"
-        for row, scores in self._score(batch, scored).items():
+        score = self._score_best if self.prune and self.temperature <= 0 else self._score
+        for row, scores in score(batch, scored).items():
             admissible = admissibles[row]
             if Kind.THOUGHT in contexts[row].allowed:
                 if not admissible or scores[-1] > max(scores[:-1]):
@@ -642,11 +734,11 @@ class HFPolicy:
         """Encode each row's tokens beyond its stream's ids, keep them, and note the log-probs after."""
         new = {row: ids[len(batch.streams[row].ids):] for row, ids in targets.items()}
         start = batch.cache.get_seq_length()
-        logits = batch.forward(new)
+        logits = batch.forward(new, last_only=True)
         batch.keep(start, new)
         for row, ids in targets.items():
             stream = batch.streams[row]
-            stream.logprobs = torch.log_softmax(logits[row, len(new[row]) - 1].float(), dim=-1)
+            stream.logprobs = torch.log_softmax(logits[row, 0].float(), dim=-1)
             stream.ids = ids
 
     def _score(self, batch: _Batch, candidates: dict[int, list[list[int]]]) -> dict[int, list[float]]:
@@ -672,6 +764,27 @@ class HFPolicy:
             scores[row] = [float(logprobs[[0] + [1 + nodes[tuple(c[:k])] for k in range(1, len(c))], c].mean())
                            for c in cands]
         return scores
+
+    def _score_best(self, batch: _Batch, candidates: dict[int, list[list[int]]]) -> dict[int, list[float]]:
+        """`_score` where only the best candidate matters (greedy choice): each row's trie is searched
+        best-first over a few passes (`_TrieSearch`), feeding up to PRUNE_WIDTH nodes a row a pass,
+        and subtrees that cannot beat the best complete candidate are never fed. The same choice
+        as `_score` (up to float rounding) for far fewer tokens; pruned candidates score -inf."""
+        searches = {row: _TrieSearch(c, batch.streams[row].logprobs) for row, c in candidates.items()}
+        mark = batch.mark()
+        while feeds := {row: nodes for row, search in searches.items() if (nodes := search.next(self.PRUNE_WIDTH))}:
+            start = batch.cache.get_seq_length()
+            logits = batch.forward({row: [searches[row].tokens[n] for n in nodes] for row, nodes in feeds.items()},
+                                   depths={row: [searches[row].depth[n] for n in nodes] for row, nodes in feeds.items()},
+                                   sees={row: [searches[row].ancestors(n) for n in nodes] for row, nodes in feeds.items()})
+            batch.valid[:, start:] = False  # a fed node is read only by the nodes below it
+            for row, nodes in feeds.items():
+                logprobs = torch.log_softmax(logits[row, :len(nodes)].float(), dim=-1)
+                for i, node in enumerate(nodes):
+                    searches[row].column[node] = start + i
+                    searches[row].fed(node, logprobs[i])
+        batch.rewind(mark)
+        return {row: search.scores for row, search in searches.items()}
 
     def _walk(self, batch: _Batch, candidates: dict[int, list[list[int]]]) -> dict[int, int]:
         """Per row: the index of the candidate the model writes, token by token, each token picked
