@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
+from sparse_react.ablation import PairedComparison
 from sparse_react.cards import MODEL_CARD
 from sparse_react.errors import UserError
 from sparse_react.evaluate import SETTINGS_FILE
@@ -180,7 +181,8 @@ def _finished(run: Path, games: str, limit: int | None) -> bool:
 
 def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]) -> str:
     """The table per round: data, training, and success per evaluation set and task type."""
-    rows = []
+    rows, pairs = [], []
+    won: dict[tuple[int, str], dict[str, bool]] = {}
     for k in range(settings.rounds + 1):
         folder = out / f"round-{k}"
         card = json.loads((folder / "model" / MODEL_CARD).read_text())
@@ -193,11 +195,22 @@ def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]
                          str(len(new.read_text().splitlines())) if new.is_file() else "seed",
                          f"{card['seconds_this_run'] / 60:.1f}", f"{card['last_loss']}", games,
                          *(f"{stats.wins[c]}/{stats.games[c]}" for c in COLUMNS)])
+            won[k, games] = {e.game: e.won for e in episodes}
+            if k:
+                before, after = won[k - 1, games], won[k, games]
+                shared = [(before[g], after[g]) for g in before.keys() & after.keys()]
+                c = PairedComparison(f"round {k - 1}", f"round {k}", len(shared), shared.count((True, True)),
+                                     shared.count((True, False)), shared.count((False, True)))
+                pairs.append([f"{c.first} → {c.second}", games, str(c.games), str(c.both_won), str(c.only_first),
+                              str(c.only_second), f"{c.p_value:.2g}"])
     header = ["round", "examples", "new", "training (min)", "last loss", "set", *COLUMNS]
+    pair_header = ["rounds", "set", "games", "both won", "only the earlier won", "only the later won",
+                   "p (exact McNemar)"]
     return "\n\n".join([
         f"# Rounds: {settings.arm}, {settings.rhythm} rhythm, retrained from {settings.retrain}",
         *([f"Round 0's model is {settings.seed_model}, copied (its card holds the commands that made it)."]
           if settings.seed_model else []),
         markdown_table(header, rows),
+        *(["Game by game, each round against the one before:", markdown_table(pair_header, pairs)] if pairs else []),
         "Success is the game's `won`. The commands (a rerun skips what is done):",
         "```bash\n" + "\n".join(commands) + "\n```"]) + "\n"

@@ -68,7 +68,13 @@ def test_two_dagger_rounds_grow_the_data_and_each_model_loads(toy, capsys):
         assert load_model(out / f"round-{k}" / "model", device="cpu").model is not None
         assert lines(out / f"round-{k}" / "eval-valid_unseen" / "episodes.jsonl") == 2
     text = table.read_text()
-    assert text.count("| valid_unseen |") == 3 and "sparse-react relabel" in text
+    assert text.count("| valid_unseen |") == 3 + 2 and "sparse-react relabel" in text  # 3 rounds, 2 pairs
+    won = [{e["game"]: e["won"] for e in map(json.loads, (out / f"round-{k}" / "eval-valid_unseen" / "episodes.jsonl")
+                                              .read_text().splitlines())} for k in range(3)]
+    for k in (1, 2):
+        cells = next(line for line in text.splitlines() if line.startswith(f"| round {k - 1} → round {k} |")).split(" | ")
+        pairs = [(won[k - 1][g], won[k][g]) for g in won[k]]
+        assert cells[2:6] == ["2", *(str(pairs.count(w)) for w in ((True, True), (True, False), (False, True)))]
     capsys.readouterr()
     run_rounds(settings(toy), out)  # everything is there: every step skipped
     assert "$ sparse-react" in (printed := capsys.readouterr().out) and printed.count("# done, skipped") == printed.count("$ ")

@@ -324,10 +324,13 @@ class _TrieSearch:
             self.frontier.append(child)
 
     def next(self, width: int) -> list[int]:
-        """Up to `width` nodes to feed next, highest bound first (none: the search is over)."""
+        """Up to `width` nodes to feed next, highest bound first (none: the search is over); one
+        until a candidate is complete, so that the likeliest branch is finished first and its
+        score prunes the rest."""
         bound = {node: self.sums[node] / self.longest[node] for node in self.frontier}
         self.frontier = sorted((node for node in self.frontier if bound[node] >= self.best), key=bound.__getitem__,
                                reverse=True)
+        width = width if self.best > float("-inf") else 1
         chosen, self.frontier = self.frontier[:width], self.frontier[width:]
         return chosen
 
