@@ -7,7 +7,9 @@ of the tree of candidates over a few passes, feeding only the branches that can 
 that continue an admissible command (a few one-token passes). An arm `MODE:nodrafts` writes each
 thought one token per pass instead of checking drafted tokens (the same text either way); `MODE:stock`
 attends with transformers' own SDPA attention, which copies the key/value cache once per query head
-(`sparse_react.policies.attention`; the same numbers either way). Options combine (`scored:full:nodrafts`).
+(`sparse_react.policies.attention`; the same numbers either way); `MODE:nokeep` encodes each chosen line
+again the next turn instead of keeping what was fed while choosing or writing it. Options combine
+(`scored:full:nokeep`).
 The last column says whether an arm wrote the same lines as the first arm of its mode. Whole
 episodes with the 50-step budget, 16 decided together, as `sparse-react eval` plays them.
 
@@ -45,7 +47,8 @@ def main() -> None:
     rows, first_lines = [], {}
     for arm in args.arms.split(","):
         mode, *options = arm.split(":")
-        policy = HFPolicy(loaded=loaded, action_mode=mode, drafts="nodrafts" not in options, prune="full" not in options)
+        policy = HFPolicy(loaded=loaded, action_mode=mode, drafts="nodrafts" not in options, prune="full" not in options,
+                          keep_lines="nokeep" not in options)
         loaded.model.set_attn_implementation("sdpa" if "stock" in options else GROUPED_SDPA)
         started = time.perf_counter()
         episodes = evaluate(games, policy, args.rhythm, progress=False, batch=args.batch)

@@ -309,7 +309,8 @@ class _TrieSearch:
         self.column: dict[int, int] = {}
         self.frontier: list[int] = []
         self.scores = [float("-inf")] * len(candidates)
-        self.best = float("-inf")
+        self.best, self.best_index = float("-inf"), -1
+        self.nodes = nodes
         self.fed(-1, root)
 
     def fed(self, node: int, logprobs: torch.Tensor) -> None:
@@ -318,7 +319,8 @@ class _TrieSearch:
         for index in self.ends.get(node, []):
             c = self.candidates[index]
             self.scores[index] = (before + float(logprobs[c[-1]])) / len(c)
-            self.best = max(self.best, self.scores[index])
+            if self.scores[index] > self.best or (self.scores[index] == self.best and index < self.best_index):
+                self.best, self.best_index = self.scores[index], index
         for child in self.children.get(node, []):
             self.sums[child] = before + float(logprobs[self.tokens[child]])
             self.frontier.append(child)
@@ -333,6 +335,11 @@ class _TrieSearch:
         width = width if self.best > float("-inf") else 1
         chosen, self.frontier = self.frontier[:width], self.frontier[width:]
         return chosen
+
+    def columns(self, index: int) -> list[int]:
+        """The batch columns candidate `index`'s tokens but its last were fed into (it is complete)."""
+        c = self.candidates[index]
+        return [self.column[self.nodes[tuple(c[:k])]] for k in range(1, len(c))]
 
     def ancestors(self, node: int) -> list[int]:
         """The batch columns of the nodes above `node` (all fed before it)."""
@@ -522,6 +529,12 @@ class _Batch:
             policy.stats["tokens_encoded"] += sum(len(t) for t in rows.values())
         return out.logits[:, -1:] if last_only else out.logits
 
+    def columns(self, row: int, columns: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Copies of one row's keys and values at `columns`, per layer."""
+        at = torch.tensor(columns, dtype=torch.long)
+        return [(layer.keys[row:row + 1, :, at].clone(), layer.values[row:row + 1, :, at].clone())
+                for layer in self.cache.layers]
+
     def keep(self, start: int, rows: dict[int, list[int]]) -> None:
         """Copy each synced row's new columns (a `last_only` pass's, from `start`) into its own
         stream's cache."""
@@ -548,7 +561,9 @@ class HFPolicy:
     only) lets a pass check several tokens of a thought at once, guessed from how the policy went
     on the last time it wrote the same three tokens: the same text in fewer passes. `prune` (greedy
     only) searches the scored candidates best-first and skips branches that cannot win: the same
-    choice for fewer tokens (False: the whole candidate trie in one pass). In free mode,
+    choice for fewer tokens (False: the whole candidate trie in one pass). `keep_lines` keeps the
+    keys and values of the line's tokens fed while choosing or writing it, instead of encoding
+    them again the next turn. In free mode,
     `invalid_actions`/`free_actions` give the rate of commands not admissible.
     """
 
@@ -561,7 +576,7 @@ class HFPolicy:
                  dtype: str | torch.dtype | None = None, temperature: float = 0.0, seed: int = 0,
                  max_thought_tokens: int | None = None, trust_remote_code: bool = False, reuse_cache: bool = True,
                  chat: bool | None = None, loaded: LoadedModel | None = None, shots: int | None = None,
-                 window: int = 0, drafts: bool = True, prune: bool = True) -> None:
+                 window: int = 0, drafts: bool = True, prune: bool = True, keep_lines: bool = True) -> None:
         if action_mode is not None and action_mode not in ACTION_MODES:
             raise ModelError(f"unknown action mode {action_mode!r}; one of {', '.join(ACTION_MODES)}")
         self.loaded = loaded or load_model(model, device, dtype, trust_remote_code)
@@ -577,7 +592,7 @@ class HFPolicy:
         self.shots = card.get("shots", 2) if shots is None else shots
         if self.shots not in (0, 2):
             raise ModelError(f"shots must be 0 (no examples) or 2 (the prompt's two examples), not {self.shots}")
-        self.window, self.use_drafts, self.prune = window, drafts, prune
+        self.window, self.use_drafts, self.prune, self.keep_lines = window, drafts, prune, keep_lines
         self.chat = bool(getattr(self.tokenizer, "chat_template", None)) if chat is None else chat
         self.generator = torch.Generator().manual_seed(seed)
         self.stats = {"tokens_encoded": 0, "tokens_generated": 0, "full_reencodes": 0, "forward_calls": 0,
@@ -654,6 +669,7 @@ class HFPolicy:
                 continue
             lines[row], modes[row] = admissibles[row][choice], "constrained"
         score = self._score_best if self.prune and self.temperature <= 0 else self._score
+        self._fed_lines = {}
         for row, scores in score(batch, scored).items():
             admissible = admissibles[row]
             if Kind.THOUGHT in contexts[row].allowed:
@@ -672,7 +688,25 @@ class HFPolicy:
             lines[row], modes[row] = (thought_line(text) if text else EMPTY_THOUGHT), "think"
         for row in free:
             lines[row], modes[row] = self._free_action(texts[row], admissibles[row]), "free"
-        return [line or "look" for line in lines], modes
+        lines = [line or "look" for line in lines]
+        for stream, line in zip(streams, lines):
+            self._adopt(stream, line)
+        return lines, modes
+
+    def _adopt(self, stream: _Stream, line: str) -> None:
+        """Tokens of the line chosen that were fed this turn (a searched command, a thought as
+        generated) sit where the transcript will put them, seeing what it shows before them: keep
+        their keys and values, as far as they are the line's own tokens (its newline aside), so
+        that the next turn does not encode them again."""
+        fed, kv = self._fed_lines.get(id(stream), ([], []))
+        written = self._line_ids(f" {line}\n")[:-1]  # the newline may merge with what follows it
+        keep = next((k for k, (a, b) in enumerate(zip(fed, written)) if a != b), min(len(fed), len(written)))
+        if not keep or not self.reuse_cache or not self.keep_lines:
+            return
+        for layer, (keys, values) in enumerate(kv):
+            stream.cache.update(keys[:, :, :keep], values[:, :, :keep], layer)
+        stream.ids = stream.ids + fed[:keep]
+        stream.logprobs = None
 
     def _free_action(self, generated: str, admissible: list[str]) -> str:
         text = normalise_action(generated)
@@ -786,6 +820,10 @@ class HFPolicy:
                 for i, node in enumerate(nodes):
                     searches[row].column[node] = start + i
                     searches[row].fed(node, logprobs[i])
+        for row, s in searches.items():
+            if s.best_index >= 0 and len(s.candidates[s.best_index]) > 1:
+                self._fed_lines[id(batch.streams[row])] = (s.candidates[s.best_index][:-1],
+                                                           batch.columns(row, s.columns(s.best_index)))
         batch.rewind(mark)
         return {row: search.scores for row, search in searches.items()}
 
@@ -833,10 +871,13 @@ class HFPolicy:
         mark = batch.mark()
         logprobs = {row: batch.streams[row].logprobs for row in forced}
         with_forced = {row: ids for row, ids in forced.items() if ids}
+        columns: dict[int, list[int]] = {row: [] for row in forced}  # where each token fed to a row went
         if with_forced:
+            start = batch.cache.get_seq_length()
             logits = batch.forward(with_forced)
             for row, ids in with_forced.items():
                 logprobs[row] = torch.log_softmax(logits[row, len(ids) - 1].float(), dim=-1)
+                columns[row] = list(range(start, start + len(ids)))
         out: dict[int, list[int]] = {row: [] for row in forced}
         live = set(forced)
         while live:
@@ -865,9 +906,13 @@ class HFPolicy:
                         live.discard(row)
                         break
                 logprobs[row] = after[used - 1]
+                columns[row] += range(start, start + used)
                 if used < len(fed):  # rejected draft tokens: hidden from this row from now on
                     batch.valid[row, start + used:start + len(fed)] = False
                     batch.pos[row] -= len(fed) - used
+        for row, tokens in out.items():
+            fed = (forced[row] + tokens)[:len(columns[row])]
+            self._fed_lines[id(batch.streams[row])] = (fed, batch.columns(row, columns[row]))
         batch.rewind(mark)
         for row, tokens in out.items():
             self._remember(batch.streams[row].ids[-DRAFT_KEY:] + forced[row] + tokens)
