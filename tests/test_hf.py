@@ -170,42 +170,39 @@ def test_grouped_attention_computes_what_transformers_sdpa_computes(env, bundled
     assert ran[GROUPED_SDPA, "lines"] == ran["sdpa", "lines"]
 
 
-def test_best_first_scoring_chooses_what_the_whole_trie_chooses(bundled_unseen, tiny):
+def _same_lines_either_way(loaded, games, option: str, **settings) -> dict:
+    """Play `games` (sparse and dense) with the HF policy's boolean `option` off and on; the lines must
+    be the same, with no full re-encode. Returns each run's stats."""
     from sparse_react.evaluate import evaluate
 
-    _, loaded = tiny
-    rules = LoopRules(max_steps=8, loop_repeats=0)
     runs = {}
-    for prune in (False, True):
-        policy = HFPolicy(loaded=loaded, max_thought_tokens=4, prune=prune)
-        episodes = evaluate(bundled_unseen[:4], policy, ["sparse", "dense"], rules=rules, progress=False, batch=4)
+    for value in (False, True):
+        policy = HFPolicy(loaded=loaded, **{option: value}, **settings)
+        episodes = evaluate(games, policy, ["sparse", "dense"], rules=LoopRules(max_steps=8, loop_repeats=0),
+                            progress=False, batch=len(games))
         assert all(e.error is None for e in episodes), [e.error for e in episodes]
-        runs[prune] = ([[(e.kind, e.text) for e in ep.entries] for ep in episodes], policy.stats)
+        runs[value] = ([[(e.kind, e.text) for e in ep.entries] for ep in episodes], policy.stats)
     assert runs[True][0] == runs[False][0]
     assert {kind for ep in runs[True][0] for kind, _ in ep} == {Kind.ACTION, Kind.THOUGHT}
+    assert runs[True][1]["full_reencodes"] == runs[False][1]["full_reencodes"] == 0
+    return {value: (sum(kind is Kind.THOUGHT for ep in lines for kind, _ in ep), stats)
+            for value, (lines, stats) in runs.items()}
+
+
+def test_best_first_scoring_chooses_what_the_whole_trie_chooses(bundled_unseen, tiny):
+    runs = _same_lines_either_way(tiny[1], bundled_unseen[:4], "prune", max_thought_tokens=4)
     # the tiny model's flat distributions leave little to prune: the search feeds the trie in more passes,
     # and the chosen command's tokens, fed while searching, are kept and not encoded again the next turn
     assert runs[True][1]["forward_calls"] > runs[False][1]["forward_calls"]
     assert runs[True][1]["tokens_encoded"] < runs[False][1]["tokens_encoded"]
-    assert runs[True][1]["full_reencodes"] == runs[False][1]["full_reencodes"] == 0
 
 
 def test_lines_kept_from_the_turn_that_wrote_them_change_nothing(bundled_unseen, tiny):
-    from sparse_react.evaluate import evaluate
-
-    _, loaded = tiny
-    rules = LoopRules(max_steps=8, loop_repeats=0)
-    runs = {}
-    for keep in (False, True):
-        policy = HFPolicy(loaded=loaded, max_thought_tokens=6, keep_lines=keep)
-        episodes = evaluate(bundled_unseen[:3], policy, ["sparse", "dense"], rules=rules, progress=False, batch=3)
-        assert all(e.error is None for e in episodes), [e.error for e in episodes]
-        runs[keep] = ([[(e.kind, e.text) for e in ep.entries] for ep in episodes], policy.stats)
-    assert runs[True][0] == runs[False][0]
-    assert runs[True][1]["full_reencodes"] == runs[False][1]["full_reencodes"] == 0
-    thoughts = sum(kind is Kind.THOUGHT for ep in runs[True][0] for kind, _ in ep)
+    runs = _same_lines_either_way(tiny[1], bundled_unseen[:3], "keep_lines", max_thought_tokens=6)
+    thoughts = runs[True][0]
     # every thought's ` think:` and at least its first written token, and every command's first token
     assert runs[False][1]["tokens_encoded"] - runs[True][1]["tokens_encoded"] >= 3 * thoughts
+
 
 def test_best_first_search_never_feeds_a_subtree_that_cannot_win():
     from sparse_react.policies.hf import _TrieSearch

@@ -598,6 +598,7 @@ class HFPolicy:
         self.stats = {"tokens_encoded": 0, "tokens_generated": 0, "full_reencodes": 0, "forward_calls": 0,
                       "draft_tokens_accepted": 0}
         self._drafts: dict[tuple[int, ...], list[int]] = {}
+        self._fed_lines: dict[int, tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]] = {}  # see `_adopt`
         self.invalid_actions = self.free_actions = 0
         self._anchor = self.tokenizer("\n>", add_special_tokens=False)["input_ids"]
         self._think_ids = self._line_ids(" " + THINK_PREFIX)
