@@ -62,6 +62,13 @@ class PairedComparison:
     only_first: int
     only_second: int
 
+    @classmethod
+    def of(cls, first: str, second: str, won_first: dict, won_second: dict) -> "PairedComparison":
+        """The comparison on the keys (games) both `won_` maps hold."""
+        wins = [(won_first[k], won_second[k]) for k in won_first.keys() & won_second.keys()]
+        return cls(first, second, len(wins), wins.count((True, True)), wins.count((True, False)),
+                   wins.count((False, True)))
+
     @property
     def p_value(self) -> float:
         n, k = self.only_first + self.only_second, min(self.only_first, self.only_second)
@@ -106,10 +113,7 @@ def paired(ablation: Ablation, games: str) -> list[PairedComparison]:
     by_rhythm = ablation.won[games]
     pairs = []
     for a, b in combinations(sorted(by_rhythm, key=_rhythm_key), 2):
-        shared = by_rhythm[a].keys() & by_rhythm[b].keys()
-        wins = [(by_rhythm[a][k], by_rhythm[b][k]) for k in shared]
-        pairs.append(PairedComparison(a, b, len(shared), wins.count((True, True)), wins.count((True, False)),
-                                      wins.count((False, True))))
+        pairs.append(PairedComparison.of(a, b, by_rhythm[a], by_rhythm[b]))
     return pairs
 
 

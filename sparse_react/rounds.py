@@ -197,10 +197,7 @@ def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]
                          *(f"{stats.wins[c]}/{stats.games[c]}" for c in COLUMNS)])
             won[k, games] = {e.game: e.won for e in episodes}
             if k:
-                before, after = won[k - 1, games], won[k, games]
-                shared = [(before[g], after[g]) for g in before.keys() & after.keys()]
-                c = PairedComparison(f"round {k - 1}", f"round {k}", len(shared), shared.count((True, True)),
-                                     shared.count((True, False)), shared.count((False, True)))
+                c = PairedComparison.of(f"round {k - 1}", f"round {k}", won[k - 1, games], won[k, games])
                 pairs.append([f"{c.first} → {c.second}", games, str(c.games), str(c.both_won), str(c.only_first),
                               str(c.only_second), f"{c.p_value:.2g}"])
     header = ["round", "examples", "new", "training (min)", "last loss", "set", *COLUMNS]

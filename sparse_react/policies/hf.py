@@ -700,14 +700,21 @@ class HFPolicy:
         their keys and values, as far as they are the line's own tokens (its newline aside), so
         that the next turn does not encode them again."""
         fed, kv = self._fed_lines.get(id(stream), ([], []))
+        if not fed:
+            return
         written = self._line_ids(f" {line}\n")[:-1]  # the newline may merge with what follows it
         keep = next((k for k, (a, b) in enumerate(zip(fed, written)) if a != b), min(len(fed), len(written)))
-        if not keep or not self.reuse_cache or not self.keep_lines:
+        if not keep:
             return
         for layer, (keys, values) in enumerate(kv):
             stream.cache.update(keys[:, :, :keep], values[:, :, :keep], layer)
         stream.ids = stream.ids + fed[:keep]
         stream.logprobs = None
+
+    def _note_fed(self, batch: _Batch, row: int, tokens: list[int], columns: list[int]) -> None:
+        """Remember a row's line tokens fed this turn and a copy of their keys and values, for `_adopt`."""
+        if tokens and self.keep_lines and self.reuse_cache:
+            self._fed_lines[id(batch.streams[row])] = (tokens, batch.columns(row, columns))
 
     def _free_action(self, generated: str, admissible: list[str]) -> str:
         text = normalise_action(generated)
@@ -822,9 +829,8 @@ class HFPolicy:
                     searches[row].column[node] = start + i
                     searches[row].fed(node, logprobs[i])
         for row, s in searches.items():
-            if s.best_index >= 0 and len(s.candidates[s.best_index]) > 1:
-                self._fed_lines[id(batch.streams[row])] = (s.candidates[s.best_index][:-1],
-                                                           batch.columns(row, s.columns(s.best_index)))
+            if s.best_index >= 0:
+                self._note_fed(batch, row, s.candidates[s.best_index][:-1], s.columns(s.best_index))
         batch.rewind(mark)
         return {row: search.scores for row, search in searches.items()}
 
@@ -912,8 +918,7 @@ class HFPolicy:
                     batch.valid[row, start + used:start + len(fed)] = False
                     batch.pos[row] -= len(fed) - used
         for row, tokens in out.items():
-            fed = (forced[row] + tokens)[:len(columns[row])]
-            self._fed_lines[id(batch.streams[row])] = (fed, batch.columns(row, columns[row]))
+            self._note_fed(batch, row, (forced[row] + tokens)[:len(columns[row])], columns[row])
         batch.rewind(mark)
         for row, tokens in out.items():
             self._remember(batch.streams[row].ids[-DRAFT_KEY:] + forced[row] + tokens)
