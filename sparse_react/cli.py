@@ -401,6 +401,9 @@ def relabel(
     runs: list[Path] = typer.Argument(..., help="Run folders (or episode .jsonl files) whose episodes to relabel."),
     out: Path = typer.Option(..., help="The training data file to write (JSON lines, chat messages, one per state)."),
     lost_only: bool = typer.Option(False, "--lost-only", help="Relabel only episodes that were not won."),
+    replan_detours: bool = typer.Option(False, "--replan-detours", help="Label the state after every detour with a "
+                                        "thought re-planning from there (by default only the plan, a surprise, a "
+                                        "subgoal done and a false claim get a thought)."),
     exclude: Optional[str] = typer.Option(None, help="Comma-separated evaluation sets whose games may not be "
                                                      "relabelled (default: valid_unseen, valid_seen, alfworld:valid_*)."),
 ) -> None:
@@ -410,7 +413,7 @@ def relabel(
     from sparse_react.relabel import relabel_runs
 
     sets = [e.strip() for e in exclude.split(",") if e.strip()] if exclude is not None else DEFAULT_EVAL_SETS
-    summary = relabel_runs(runs, out, sets, lost_only)
+    summary = relabel_runs(runs, out, sets, lost_only, replan_detours)
     typer.echo(f"wrote {summary.examples} examples from {summary.episodes} episodes to {summary.path}")
     for problem in summary.unlabelled:
         typer.echo(f"not relabelled: {problem}", err=True)
@@ -486,6 +489,8 @@ def rounds(
     batch: int = typer.Option(16, min=1, help="Episodes decided together when playing."),
     seed_model: Optional[Path] = typer.Option(None, help="Round 0's model, already trained on the seed data (e.g. "
                                                          "a shipped adapter): copied instead of trained."),
+    replan_detours: bool = typer.Option(False, "--replan-detours", help="With the dagger arm: relabel with a "
+                                        "re-planning thought after every detour (`relabel --replan-detours`)."),
 ) -> None:
     """Learn from the model's own play: play, relabel (or keep the wins), retrain, evaluate, round after round."""
     from sparse_react.rhythms import get_rhythm
@@ -494,7 +499,8 @@ def rounds(
     settings = RoundsSettings(get_rhythm(rhythm).name, str(seed_data), count, arm, retrain, train_games, train_limit,
                               train_task_types, tuple(s.strip() for s in eval_sets.split(",") if s.strip()),
                               eval_limit, max_steps, base, train_steps, learning_rate, lora_rank, max_length, batch,
-                              train_filter=train_filter, seed_model=str(seed_model) if seed_model else None)
+                              train_filter=train_filter, seed_model=str(seed_model) if seed_model else None,
+                              replan_detours=replan_detours)
     path = run_rounds(settings, out)
     typer.echo(path.read_text())
 

@@ -91,6 +91,7 @@ class _LabellingReplay:
     """Sends the recorded lines, and labels each state before sending its line."""
 
     entries: list[Entry]
+    replan_detours: bool = False
     labels: list[RelabelledState] = field(default_factory=list)
     name: str = RELABEL_POLICY
     batched: bool = False
@@ -99,7 +100,7 @@ class _LabellingReplay:
         return {"kind": RELABEL_POLICY}
 
     def start(self, context: Context) -> None:
-        self._expert = RelabellingExpertPolicy()
+        self._expert = RelabellingExpertPolicy(replan_detours=self.replan_detours)
         self._expert.begin(context)
 
     def end(self, context: Context) -> None:
@@ -122,11 +123,12 @@ class _LabellingReplay:
         return [Decision(line, "replay", entry.tokens)]
 
 
-def relabel_episode(episode: Episode, game: GameRef | None = None,
-                    env: HouseholdEnv | None = None) -> list[RelabelledState]:
-    """The relabelling expert's label at every state of a recorded episode (before each entry)."""
+def relabel_episode(episode: Episode, game: GameRef | None = None, env: HouseholdEnv | None = None,
+                    replan_detours: bool = False) -> list[RelabelledState]:
+    """The relabelling expert's label at every state of a recorded episode (before each entry);
+    `replan_detours` as in `RelabellingExpertPolicy`."""
     game = game or episode_game(episode)
-    replay = _LabellingReplay(list(episode.entries))
+    replay = _LabellingReplay(list(episode.entries), replan_detours)
     replayed = run_episode(_env_for(game, env), replay, game, episode.rhythm, episode.prompt_variant,
                            _rules(episode, max(1, len(episode.entries))))
     if len(replay.labels) < len(episode.entries):
@@ -179,7 +181,7 @@ class RelabelSummary:
 
 
 def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAULT_EVAL_SETS,
-                 lost_only: bool = False) -> RelabelSummary:
+                 lost_only: bool = False, replan_detours: bool = False) -> RelabelSummary:
     """Relabel every state of every episode of `runs` (run folders or episode files) into `out`
     (JSON lines of training examples). Refuses evaluation games like `export` does."""
     episodes = [(label, e) for label, eps in load_runs(runs) for e in in_game_order(eps) if not (lost_only and e.won)]
@@ -189,7 +191,7 @@ def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAU
     with out.open("w") as handle:
         for label, episode in episodes:
             try:
-                states = relabel_episode(episode)
+                states = relabel_episode(episode, replan_detours=replan_detours)
             except (RelabelError, ExpertError) as exc:
                 unlabelled.append(f"{episode.settings.get('game_name', episode.game)}: {exc}")
                 continue

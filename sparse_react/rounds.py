@@ -66,6 +66,7 @@ class RoundsSettings:
     batch: int = 16
     train_filter: str | None = None  # only train games whose name matches this regular expression
     seed_model: str | None = None  # round 0's model when it is already trained on the seed data (copied, not trained)
+    replan_detours: bool = False  # dagger: a re-planning thought after every detour (`relabel --replan-detours`)
 
     def check(self) -> None:
         if self.arm not in ARMS:
@@ -119,7 +120,8 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
             if settings.arm == "bootstrap" and not data.is_file() and not any(e.won for e in read_episodes(play / EPISODES_FILE)):
                 new.write_text("")  # nothing won, nothing to keep: export would refuse to write nothing
             else:
-                verb = ["relabel", str(play)] if settings.arm == "dagger" else ["export", str(play), "--rhythm", settings.rhythm]
+                verb = (["relabel", str(play), *(["--replan-detours"] if settings.replan_detours else [])]
+                        if settings.arm == "dagger" else ["export", str(play), "--rhythm", settings.rhythm])
                 steps.run([*verb, "--out", str(new)], done=data.is_file())
             _write_once(data, (last / "data.jsonl").read_bytes() + new.read_bytes())
         model = folder / "model"

@@ -17,6 +17,7 @@ from sparse_react.agent import run_episode
 from sparse_react.env import HouseholdEnv
 from sparse_react.export import episode_messages
 from sparse_react.lines import Kind
+from sparse_react.policies.expert import Label
 from sparse_react.policies.scripted import ScriptedPolicy
 from sparse_react.relabel import RelabelError, hand_over, relabel_episode, relabelled_examples, relabel_runs
 from sparse_react.trajectory import Episode, read_episodes
@@ -77,15 +78,20 @@ def test_labels_correct_a_false_claim_and_replan_after_detours(episodes, labelle
     assert claim.kind is Kind.THOUGHT and "laptop 1" in claim.text and "laptop" not in laptop.entries[9].observation
     after = states[11].label  # the state after the claim and one more action
     assert after.thought.startswith("I was wrong: I have not found a laptop") and "laptop 1" not in after.thought
+    replanned = {e.settings["game_name"]: relabel_episode(e, replan_detours=True) for e in episodes}
     plate = named(episodes, "Plate-None-FloorLamp")
     cycle = [e.text for e in plate.actions[-4:]]
     assert cycle[:2] == cycle[2:] and cycle[0] != cycle[1]  # the record ends going A–B–A–B
-    last = next(s for e, s in labelled if e is plate)[-1].label
+    last = replanned[plate.settings["game_name"]][-1].label
     assert last.thought.startswith("I have seen the floorlamp (floorlamp 1) in/on the armchair 2")
     assert last.action == "go to armchair 2" and last.action not in cycle
+    assert next(s for e, s in labelled if e is plate)[-1].label == Label(None, last.action)  # by default: act
     pencil = named(episodes, "Pencil-None-FloorLamp")
-    last = next(s for e, s in labelled if e is pencil)[-1].label
+    last = replanned[pencil.settings["game_name"]][-1].label
     assert "I have already looked in/on armchair 1" in last.thought and last.action not in [e.text for e in pencil.actions[-6:]]
+    thoughts = {rule: sum(bool(s.label.thought) for s in states) for rule, states in
+                (("replan", [s for v in replanned.values() for s in v]), ("act", [s for _, v in labelled for s in v]))}
+    assert thoughts["act"] < thoughts["replan"] / 2, thoughts
     won = named(episodes, "AlarmClock")  # the model followed the search expert's plan, its opening garbled
     states = next(s for e, s in labelled if e is won)
     assert [s.recorded for s in states[1:]] == [s.lines[0] for s in states[1:]]

@@ -388,14 +388,20 @@ class RelabellingExpertPolicy(SearchingExpertPolicy):
     Unlike the search expert it never asks the planner (which knows where hidden objects are): with
     every likely place searched it looks in the others, then again in those seen longest ago. It
     puts down an object the task does not need, and counts only the task's own objects as taken,
-    transformed or placed. Its thoughts add what an agent dropped mid-episode needs: a correction
-    when the last thought claims an object no observation showed, a new plan after a detour (the
-    last action was not the one this expert would have chosen), and where to look next and why.
-    `label` answers for one state without playing; as a policy it plays from wherever it is handed
-    control.
+    transformed or placed. Beside the search expert's own thoughts (the plan, a surprise, a subgoal
+    done) it corrects the last thought when it claims an object no observation showed. With
+    `replan_detours` it also re-plans after every detour (the last action was not the one this
+    expert would have chosen), saying where to look next and why; off by default, since under the
+    paper's step rule each such thought costs a step, and a model trained on them thinks where it
+    used to act (see the README's Rounds). `label` answers for one state without playing; as a
+    policy it plays from wherever it is handed control.
     """
 
     name = "relabel-expert"
+
+    def __init__(self, planner: Planner | None = None, replan_detours: bool = False) -> None:
+        super().__init__(planner)
+        self.replan_detours = replan_detours
 
     def begin(self, context: Context) -> None:
         super().begin(context)
@@ -463,7 +469,7 @@ class RelabellingExpertPolicy(SearchingExpertPolicy):
         if earlier_phase != phase:  # a subgoal done, on the plan or by a detour that found the thing
             self._phase = earlier_phase
             return self._new_phase(phase)
-        if planned != history.last_action:
+        if self.replan_detours and planned != history.last_action:
             return self._replan(phase)
         return None
 
