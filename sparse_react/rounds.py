@@ -30,6 +30,7 @@ from sparse_react.cards import MODEL_CARD
 from sparse_react.errors import UserError
 from sparse_react.evaluate import SETTINGS_FILE
 from sparse_react.games.catalog import find_games
+from sparse_react.lines import THINK_PREFIX
 from sparse_react.report import COLUMNS, group_stats, load_runs, markdown_table
 from sparse_react.steps import Steps
 from sparse_react.trajectory import EPISODES_FILE, read_episodes
@@ -195,14 +196,16 @@ def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]
             stats = group_stats(label, label, episodes)
             rows.append([str(k), str(card["examples"]),
                          str(len(new.read_text().splitlines())) if new.is_file() else "seed",
+                         f"{thought_share(new if new.is_file() else folder / 'data.jsonl'):.0%}",
                          f"{card['seconds_this_run'] / 60:.1f}", f"{card['last_loss']}", games,
-                         *(f"{stats.wins[c]}/{stats.games[c]}" for c in COLUMNS)])
+                         *(f"{stats.wins[c]}/{stats.games[c]}" for c in COLUMNS), f"{stats.thought_density:.0%}"])
             won[k, games] = {e.game: e.won for e in episodes}
             if k:
                 c = PairedComparison.of(f"round {k - 1}", f"round {k}", won[k - 1, games], won[k, games])
                 pairs.append([f"{c.first} → {c.second}", games, str(c.games), str(c.both_won), str(c.only_first),
                               str(c.only_second), f"{c.p_value:.2g}"])
-    header = ["round", "examples", "new", "training (min)", "last loss", "set", *COLUMNS]
+    header = ["round", "examples", "new", "thoughts in new", "training (min)", "last loss", "set", *COLUMNS,
+              "thoughts played"]
     pair_header = ["rounds", "set", "games", "both won", "only the earlier won", "only the later won",
                    "p (exact McNemar)"]
     return "\n\n".join([
@@ -210,6 +213,15 @@ def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]
         *([f"Round 0's model is {settings.seed_model}, copied (its card holds the commands that made it)."]
           if settings.seed_model else []),
         markdown_table(header, rows),
+        "Thoughts in new: the share of the trained lines of the round's new data (round 0: the seed data) that "
+        "are thoughts. Thoughts played: their share of the lines of the evaluation's episodes (mean per episode).",
         *(["Game by game, each round against the one before:", markdown_table(pair_header, pairs)] if pairs else []),
         "Success is the game's `won`. The commands (a rerun skips what is done):",
         "```bash\n" + "\n".join(commands) + "\n```"]) + "\n"
+
+
+def thought_share(data: Path) -> float:
+    """The share of the trained assistant lines of a data file (`export` or `relabel` format) that are thoughts."""
+    trained = [m["content"] for line in data.read_text().splitlines() for m in json.loads(line)["messages"]
+               if m["role"] == "assistant" and m.get("train", True)]
+    return sum(t.lower().startswith(THINK_PREFIX) for t in trained) / len(trained) if trained else 0.0

@@ -69,6 +69,11 @@ def test_two_dagger_rounds_grow_the_data_and_each_model_loads(toy, capsys):
         assert lines(out / f"round-{k}" / "eval-valid_unseen" / "episodes.jsonl") == 2
     text = table.read_text()
     assert text.count("| valid_unseen |") == 3 + 2 and "sparse-react relabel" in text  # 3 rounds, 2 pairs
+    for k in (1, 2):
+        trained = [m["content"] for line in (out / f"round-{k}" / "new.jsonl").read_text().splitlines()
+                   for m in json.loads(line)["messages"] if m.get("train")]
+        row = next(line for line in text.splitlines() if line.startswith(f"| {k} |")).split(" | ")
+        assert row[3] == f"{sum(t.startswith('think:') for t in trained) / len(trained):.0%}"
     won = [{e["game"]: e["won"] for e in map(json.loads, (out / f"round-{k}" / "eval-valid_unseen" / "episodes.jsonl")
                                               .read_text().splitlines())} for k in range(3)]
     for k in (1, 2):
