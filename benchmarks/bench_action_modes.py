@@ -2,8 +2,9 @@
 each action mode in one run, and the table gives wins, turns a second and tokens encoded per turn.
 
 `scored` ranks every admissible command by its length-normalised log-likelihood (a best-first search
-of the tree of candidates over a few passes, feeding only the branches that can still win; an arm
-`scored:full` feeds the whole tree in one pass); `constrained` writes the command token by token, choosing only among tokens
+of the tree of candidates over a few passes, feeding only the branches that can still win, by default
+in float32 only; an arm `scored:full` feeds the whole tree in one pass, `scored:best` always searches);
+`constrained` writes the command token by token, choosing only among tokens
 that continue an admissible command (a few one-token passes). An arm `MODE:nodrafts` writes each
 thought one token per pass instead of checking drafted tokens (the same text either way); `MODE:stock`
 attends with transformers' own SDPA attention, which copies the key/value cache once per query head
@@ -47,7 +48,8 @@ def main() -> None:
     rows, first_lines = [], {}
     for arm in args.arms.split(","):
         mode, *options = arm.split(":")
-        policy = HFPolicy(loaded=loaded, action_mode=mode, drafts="nodrafts" not in options, prune="full" not in options,
+        prune = False if "full" in options else True if "best" in options else None
+        policy = HFPolicy(loaded=loaded, action_mode=mode, drafts="nodrafts" not in options, prune=prune,
                           keep_lines="nokeep" not in options)
         loaded.model.set_attn_implementation("sdpa" if "stock" in options else GROUPED_SDPA)
         started = time.perf_counter()

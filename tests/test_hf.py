@@ -197,6 +197,12 @@ def test_best_first_scoring_chooses_what_the_whole_trie_chooses(bundled_unseen, 
     assert runs[True][1]["tokens_encoded"] < runs[False][1]["tokens_encoded"]
 
 
+def test_the_search_is_on_by_default_in_float32_only(tiny):
+    assert HFPolicy(loaded=tiny[1]).prune is True and HFPolicy(loaded=tiny[1], prune=False).prune is False
+    half = load_model(tiny[0], device="cpu", dtype="bfloat16")
+    assert HFPolicy(loaded=half).prune is False and HFPolicy(loaded=half, prune=True).prune is True
+
+
 def test_lines_kept_from_the_turn_that_wrote_them_change_nothing(bundled_unseen, tiny):
     runs = _same_lines_either_way(tiny[1], bundled_unseen[:3], "keep_lines", max_thought_tokens=6)
     thoughts = runs[True][0]

@@ -561,7 +561,9 @@ class HFPolicy:
     only) lets a pass check several tokens of a thought at once, guessed from how the policy went
     on the last time it wrote the same three tokens: the same text in fewer passes. `prune` (greedy
     only) searches the scored candidates best-first and skips branches that cannot win: the same
-    choice for fewer tokens (False: the whole candidate trie in one pass). `keep_lines` keeps the
+    choice for fewer tokens in more passes (False: the whole candidate trie in one pass; None, the
+    default: on in float32, off in bfloat16, where `benchmarks/bench_action_modes.py` measured
+    fewer tokens not to pay for the extra passes). `keep_lines` keeps the
     keys and values of the line's tokens fed while choosing or writing it, instead of encoding
     them again the next turn. In free mode,
     `invalid_actions`/`free_actions` give the rate of commands not admissible.
@@ -576,7 +578,7 @@ class HFPolicy:
                  dtype: str | torch.dtype | None = None, temperature: float = 0.0, seed: int = 0,
                  max_thought_tokens: int | None = None, trust_remote_code: bool = False, reuse_cache: bool = True,
                  chat: bool | None = None, loaded: LoadedModel | None = None, shots: int | None = None,
-                 window: int = 0, drafts: bool = True, prune: bool = True, keep_lines: bool = True) -> None:
+                 window: int = 0, drafts: bool = True, prune: bool | None = None, keep_lines: bool = True) -> None:
         if action_mode is not None and action_mode not in ACTION_MODES:
             raise ModelError(f"unknown action mode {action_mode!r}; one of {', '.join(ACTION_MODES)}")
         self.loaded = loaded or load_model(model, device, dtype, trust_remote_code)
@@ -592,7 +594,8 @@ class HFPolicy:
         self.shots = card.get("shots", 2) if shots is None else shots
         if self.shots not in (0, 2):
             raise ModelError(f"shots must be 0 (no examples) or 2 (the prompt's two examples), not {self.shots}")
-        self.window, self.use_drafts, self.prune, self.keep_lines = window, drafts, prune, keep_lines
+        self.window, self.use_drafts, self.keep_lines = window, drafts, keep_lines
+        self.prune = self.model.dtype == torch.float32 if prune is None else prune
         self.chat = bool(getattr(self.tokenizer, "chat_template", None)) if chat is None else chat
         self.generator = torch.Generator().manual_seed(seed)
         self.stats = {"tokens_encoded": 0, "tokens_generated": 0, "full_reencodes": 0, "forward_calls": 0,
