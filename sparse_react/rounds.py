@@ -30,7 +30,7 @@ from sparse_react.cards import MODEL_CARD
 from sparse_react.errors import UserError
 from sparse_react.evaluate import SETTINGS_FILE
 from sparse_react.games.catalog import find_games
-from sparse_react.lines import THINK_PREFIX
+from sparse_react.lines import is_thought
 from sparse_react.report import COLUMNS, group_stats, load_runs, markdown_table
 from sparse_react.steps import Steps
 from sparse_react.trajectory import EPISODES_FILE, read_episodes
@@ -121,8 +121,10 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
             if settings.arm == "bootstrap" and not data.is_file() and not any(e.won for e in read_episodes(play / EPISODES_FILE)):
                 new.write_text("")  # nothing won, nothing to keep: export would refuse to write nothing
             else:
-                verb = (["relabel", str(play), *(["--replan-detours"] if settings.replan_detours else [])]
-                        if settings.arm == "dagger" else ["export", str(play), "--rhythm", settings.rhythm])
+                if settings.arm == "dagger":
+                    verb = ["relabel", str(play), *(["--replan-detours"] if settings.replan_detours else [])]
+                else:
+                    verb = ["export", str(play), "--rhythm", settings.rhythm]
                 steps.run([*verb, "--out", str(new)], done=data.is_file())
             _write_once(data, (last / "data.jsonl").read_bytes() + new.read_bytes())
         model = folder / "model"
@@ -224,4 +226,4 @@ def thought_share(data: Path) -> float:
     """The share of the trained assistant lines of a data file (`export` or `relabel` format) that are thoughts."""
     trained = [m["content"] for line in data.read_text().splitlines() for m in json.loads(line)["messages"]
                if m["role"] == "assistant" and m.get("train", True)]
-    return sum(t.lower().startswith(THINK_PREFIX) for t in trained) / len(trained) if trained else 0.0
+    return sum(map(is_thought, trained)) / len(trained) if trained else 0.0
