@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -153,17 +154,42 @@ def test_unreachable_server_and_unknown_model_are_clear_errors(hf_server, tiny_f
         served(hf_server, "nope", action_mode="free")
 
 
-def test_requests_the_server_keeps_failing_end_their_episodes_as_errors_and_the_run_goes_on(hf_server, tiny_folder,
-                                                                                           sample, tmp_path):
-    """A request the server keeps answering with a 5xx (a negative token limit here) is tried again
-    with backoff, then ends its episode as an error naming the answer; the run finishes."""
+def test_a_request_the_server_rejects_ends_its_episode_at_once_and_the_run_goes_on(hf_server, tiny_folder,
+                                                                                  sample, tmp_path):
+    """A request the server refuses as the client's fault (a 4xx: a negative token limit here) is not
+    tried again: its episode ends as an error naming the answer, and the run finishes."""
     policy = served(hf_server, tiny_folder, action_mode="free", max_thought_tokens=-5,
                     retry=Retry(tries=3, backoff=0.1))
     episodes = evaluate(sample, policy, "sparse", rules=LoopRules(max_steps=4), run_dir=tmp_path / "run",
                         progress=False, batch=3)
     assert len(read_episodes(tmp_path / "run" / "episodes.jsonl")) == 3
     for episode in episodes:
-        assert episode.failure is Failure.ERROR and "/v1/completions answered 500" in episode.error
+        assert episode.failure is Failure.ERROR and "/v1/completions answered 400" in episode.error
+    assert policy.stats["failed_tries"] == 3
+
+
+def test_requests_a_server_keeps_failing_are_retried_then_end_their_episodes_and_the_run_goes_on(
+        tiny_folder, sample, tmp_path):
+    """`transformers serve` whose model process has crashed answers every request with a 503: each is
+    tried again with backoff, then its episode ends as an error naming the answer; the run finishes."""
+    if TRANSFORMERS_SERVE is None:
+        pytest.skip("transformers serve is not installed: pip install -e '.[test]'")
+    server = Server([TRANSFORMERS_SERVE, "serve", str(tiny_folder), "--host", "127.0.0.1", "--port", "{port}",
+                     "--device", "cpu"], log=tmp_path / "serve.log").start()
+    try:
+        policy = served(server, tiny_folder, action_mode="free", retry=Retry(tries=3, backoff=0.1))
+        model_process = [child for child in psutil.Process(server.process.pid).children()
+                         if "resource_tracker" not in " ".join(child.cmdline())]
+        assert len(model_process) == 1, model_process
+        model_process[0].kill()
+        episodes = evaluate(sample, policy, "sparse", rules=LoopRules(max_steps=4), run_dir=tmp_path / "run",
+                            progress=False, batch=3)
+    finally:
+        server.stop()
+    assert len(read_episodes(tmp_path / "run" / "episodes.jsonl")) == 3
+    for episode in episodes:
+        assert episode.failure is Failure.ERROR and "/v1/completions answered 503" in episode.error
+        assert "process crashed" in episode.error
     assert policy.stats["failed_tries"] == 3 * 3
 
 

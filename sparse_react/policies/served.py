@@ -141,9 +141,9 @@ class Client:
                         raise ServerError(f"{url} answered with something that is not JSON: "
                                           f"{answer.text[:200]!r}") from None
                 problem = ServerError(f"{url} answered {answer.status_code}: {_error_text(answer)}")
-                if answer.status_code != 429 and answer.status_code < 500:
-                    raise problem  # the request itself is wrong: asking again changes nothing
             self.stats["failed_tries"] += 1
+            if answer is not None and answer.status_code != 429 and answer.status_code < 500:
+                raise problem  # the request itself is wrong: asking again changes nothing
             if attempt + 1 < self.retry.tries:
                 await asyncio.sleep(self.retry.wait(attempt, answer))
         raise problem
