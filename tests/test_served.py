@@ -75,6 +75,14 @@ class Server:
             self.process.wait()
 
 
+def transformers_serve(model: Path, log: Path) -> Server:
+    """`transformers serve` with `model` on loopback, started (the test skips where it is not installed)."""
+    if TRANSFORMERS_SERVE is None:
+        pytest.skip("transformers serve is not installed: pip install -e '.[test]'")
+    return Server([TRANSFORMERS_SERVE, "serve", str(model), "--host", "127.0.0.1", "--port", "{port}",
+                   "--device", "cpu"], log=log).start()
+
+
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("tiny-served")
@@ -85,10 +93,7 @@ def tiny_folder(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def hf_server(tiny_folder, tmp_path_factory):
     """`transformers serve` with the tests' tiny model."""
-    if TRANSFORMERS_SERVE is None:
-        pytest.skip("transformers serve is not installed: pip install -e '.[test]'")
-    server = Server([TRANSFORMERS_SERVE, "serve", str(tiny_folder), "--host", "127.0.0.1", "--port", "{port}",
-                     "--device", "cpu"], log=tmp_path_factory.mktemp("logs") / "serve.log").start()
+    server = transformers_serve(tiny_folder, tmp_path_factory.mktemp("logs") / "serve.log")
     yield server
     server.stop()
 
@@ -154,15 +159,21 @@ def test_unreachable_server_and_unknown_model_are_clear_errors(hf_server, tiny_f
         served(hf_server, "nope", action_mode="free")
 
 
+def play_three(policy: ServedPolicy, sample, run_dir: Path) -> list:
+    """The sample's three games played together, four steps each; every one is on record."""
+    episodes = evaluate(sample, policy, "sparse", rules=LoopRules(max_steps=4), run_dir=run_dir, progress=False,
+                        batch=3)
+    assert len(read_episodes(run_dir / "episodes.jsonl")) == 3
+    return episodes
+
+
 def test_a_request_the_server_rejects_ends_its_episode_at_once_and_the_run_goes_on(hf_server, tiny_folder,
                                                                                   sample, tmp_path):
     """A request the server refuses as the client's fault (a 4xx: a negative token limit here) is not
     tried again: its episode ends as an error naming the answer, and the run finishes."""
     policy = served(hf_server, tiny_folder, action_mode="free", max_thought_tokens=-5,
                     retry=Retry(tries=3, backoff=0.1))
-    episodes = evaluate(sample, policy, "sparse", rules=LoopRules(max_steps=4), run_dir=tmp_path / "run",
-                        progress=False, batch=3)
-    assert len(read_episodes(tmp_path / "run" / "episodes.jsonl")) == 3
+    episodes = play_three(policy, sample, tmp_path / "run")
     for episode in episodes:
         assert episode.failure is Failure.ERROR and "/v1/completions answered 400" in episode.error
     assert policy.stats["failed_tries"] == 3
@@ -172,21 +183,16 @@ def test_requests_a_server_keeps_failing_are_retried_then_end_their_episodes_and
         tiny_folder, sample, tmp_path):
     """`transformers serve` whose model process has crashed answers every request with a 503: each is
     tried again with backoff, then its episode ends as an error naming the answer; the run finishes."""
-    if TRANSFORMERS_SERVE is None:
-        pytest.skip("transformers serve is not installed: pip install -e '.[test]'")
-    server = Server([TRANSFORMERS_SERVE, "serve", str(tiny_folder), "--host", "127.0.0.1", "--port", "{port}",
-                     "--device", "cpu"], log=tmp_path / "serve.log").start()
+    server = transformers_serve(tiny_folder, tmp_path / "serve.log")
     try:
         policy = served(server, tiny_folder, action_mode="free", retry=Retry(tries=3, backoff=0.1))
         model_process = [child for child in psutil.Process(server.process.pid).children()
                          if "resource_tracker" not in " ".join(child.cmdline())]
         assert len(model_process) == 1, model_process
         model_process[0].kill()
-        episodes = evaluate(sample, policy, "sparse", rules=LoopRules(max_steps=4), run_dir=tmp_path / "run",
-                            progress=False, batch=3)
+        episodes = play_three(policy, sample, tmp_path / "run")
     finally:
         server.stop()
-    assert len(read_episodes(tmp_path / "run" / "episodes.jsonl")) == 3
     for episode in episodes:
         assert episode.failure is Failure.ERROR and "/v1/completions answered 503" in episode.error
         assert "process crashed" in episode.error
@@ -205,10 +211,7 @@ def test_a_server_killed_mid_run_loses_nothing_and_the_rerun_finishes(tiny_folde
     """The CLI's eval against a server killed after a few episodes: it stops with exit 2 and a message
     saying how to resume, keeping every finished episode; after a restart the same command plays
     exactly the rest."""
-    if TRANSFORMERS_SERVE is None:
-        pytest.skip("transformers serve is not installed: pip install -e '.[test]'")
-    server = Server([TRANSFORMERS_SERVE, "serve", str(tiny_folder), "--host", "127.0.0.1", "--port", "{port}",
-                     "--device", "cpu"], log=tmp_path / "serve.log").start()
+    server = transformers_serve(tiny_folder, tmp_path / "serve.log")
     out = tmp_path / "run"
     command = [sys.executable, "-m", "sparse_react.cli", "eval", "--games", "valid_unseen", "--limit", "12",
                "--endpoint", server.url, "--model", str(tiny_folder), "--action-mode", "free", "--max-steps", "5",
