@@ -443,6 +443,9 @@ def finetune(
                                      "or comma-separated names such as q_proj,v_proj."),
     init_adapter: Optional[Path] = typer.Option(None, help="Go on training this LoRA adapter (trained on the same "
                                                 "base) instead of starting a new one."),
+    pack: bool = typer.Option(True, "--pack/--no-pack", help="Train the relabelled states of one episode in one "
+                              "pass (its record once, each label a branch off it; exact, up to --max-length "
+                              "tokens a row)."),
 ) -> None:
     """Fine-tune a local causal LM on exported episodes; writes a model folder (or, with --lora, an
     adapter folder) that `--model` loads."""
@@ -452,13 +455,14 @@ def finetune(
     settings = FinetuneSettings(str(data), base, epochs, max_steps, learning_rate, batch_size, grad_accum,
                                 max_length, save_steps, seed, device, low_memory,
                                 lora_rank if lora else 0, lora_alpha, lora_targets,
-                                str(init_adapter) if init_adapter else None)
+                                str(init_adapter) if init_adapter else None, pack)
     _INTERRUPTED[0] = f"checkpoints are in {out / 'checkpoints'}; rerun the same command to resume"
     try:
         card = train(settings, out)
     except KeyboardInterrupt:
         _interrupted()
     typer.echo(f"trained {card['steps']} steps on {card['examples']} {card['rhythm']} examples "
+               f"({card['rows']} rows) "
                f"(loss {card['first_loss']} → {card['last_loss']}); model in {out}: "
                f"sparse-react eval --model {out} --rhythms {card['rhythm']}")
 

@@ -196,7 +196,8 @@ def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]
             run = folder / f"eval-{games.replace(':', '-')}"
             ((label, episodes),) = load_runs([run])
             stats = group_stats(label, label, episodes)
-            rows.append([str(k), str(card["examples"]),
+            packed = card.get("rows", card["examples"]) != card["examples"]
+            rows.append([str(k), f"{card['examples']}" + (f" ({card['rows']} rows)" if packed else ""),
                          str(len(new.read_text().splitlines())) if new.is_file() else "seed",
                          f"{thought_share(new if new.is_file() else folder / 'data.jsonl'):.0%}",
                          f"{card['seconds_this_run'] / 60:.1f}", f"{card['last_loss']}", games,

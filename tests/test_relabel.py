@@ -173,6 +173,41 @@ def test_finetune_learns_only_the_label_lines(episodes, labelled, tmp_path):
         assert learned.split() == " ".join(state.lines).split()
 
 
+def test_packed_states_train_exactly_what_the_states_train_one_by_one(labelled, tmp_path):
+    """An episode's relabelled states packed into rows (the record once, each label a branch) give
+    the same summed loss over the same label tokens as the states run one at a time."""
+    torch = pytest.importorskip("torch")
+    from sparse_react.finetune import _Collator, agent_line_loss, tokenize_example
+    from sparse_react.packing import pack_rows
+    from sparse_react.policies.hf import load_model
+    from tiny import tiny_model
+
+    tiny_model(tmp_path / "tiny", chat=True)
+    loaded = load_model(tmp_path / "tiny", device="cpu", dtype=torch.float32)
+    with torch.no_grad():  # a random model attends almost evenly and its logits are almost flat: sharpen both,
+        for layer in loaded.model.model.layers:  # so that a branch one position off moves the loss by 3e-5
+            for projection in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
+                               layer.self_attn.o_proj):
+                projection.weight.mul_(4)
+        loaded.model.lm_head.weight.mul_(30)
+    episode, states = next((e, s) for e, s in labelled if not e.won)
+    examples = relabelled_examples(episode, states)
+    rows = [tokenize_example(loaded.tokenizer, e["messages"], True, 100_000) for e in examples]
+    width = max(map(len, (r["input_ids"] for r in rows)))
+    packs = pack_rows(examples, rows, limit=width + 200)  # room for a few branches beyond the longest state
+    assert 1 < len(packs) < len(rows) // 4 and all(len(p["input_ids"]) <= width + 200 for p in packs)
+    collate = _Collator(loaded.tokenizer.pad_token_id or 0)
+    with torch.no_grad():
+        alone = [agent_line_loss(loaded.model, collate([row])) for row in rows]
+        packed = [agent_line_loss(loaded.model, collate([pack])) for pack in packs]
+        padded = agent_line_loss(loaded.model, collate(packs[:2]))  # two packs of unequal length in one batch
+    assert sum(count for _, count in packed) == sum(count for _, count in alone)
+    assert torch.allclose(sum(total for total, _ in packed), sum(total for total, _ in alone), rtol=2e-6)
+    assert torch.allclose(padded[0], packed[0][0] + packed[1][0], rtol=2e-6)
+    seed_like = {k: v for k, v in examples[0].items() if k != "state_step"}  # an exported episode is never packed
+    assert pack_rows([seed_like], rows[:1], limit=width) == rows[:1]
+
+
 def test_a_record_made_elsewhere_finds_its_game_by_name(episodes):
     from sparse_react.relabel import episode_game
 

@@ -65,6 +65,9 @@ def test_two_dagger_rounds_grow_the_data_and_each_model_loads(toy, capsys):
     for k in range(3):
         card = json.loads((out / f"round-{k}" / "model" / "sparse_react.json").read_text())
         assert card["examples"] == sizes[k] and card["steps"] == 2
+        # each episode's relabelled states train in one packed row (sparse_react.packing); records
+        # of one game that two rounds played alike may share it
+        assert sizes[0] < card["rows"] <= sizes[0] + 2 * k if k else card["rows"] == sizes[0]
         assert load_model(out / f"round-{k}" / "model", device="cpu").model is not None
         assert lines(out / f"round-{k}" / "eval-valid_unseen" / "episodes.jsonl") == 2
     text = table.read_text()
