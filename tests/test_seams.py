@@ -45,7 +45,7 @@ LAYERS = [
     "agent",
     "policies.base", "policies.expert", "policies.random_admissible", "policies.scripted", "policies.attention", "policies.hf",
     "policies.shipped", "policies.served", "policies",
-    "evaluate", "resume", "export", "relabel", "finetune", "ablation", "steps", "rounds",
+    "evaluate", "resume", "export", "relabel", "packing", "finetune", "ablation", "steps", "rounds",
     "view.links", "view.records", "view.pages", "view.render", "view.steer", "view.app", "view.static", "view",
     "cli", "",
 ]
