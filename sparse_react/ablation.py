@@ -12,7 +12,6 @@ import json
 import shutil
 from dataclasses import dataclass
 from itertools import combinations
-from math import comb
 from pathlib import Path
 from typing import Sequence
 
@@ -20,7 +19,7 @@ from sparse_react.bundled import ADAPTERS_DIR
 from sparse_react.cards import ADAPTER_CONFIG, ADAPTER_WEIGHTS, DEFAULT_ACTION_MODE, MODEL_CARD, ModelError
 from sparse_react.evaluate import SETTINGS_FILE
 from sparse_react.report import (
-    COLUMNS, DASH, GroupStats, format_number, group_stats, load_runs, markdown_table, success_rows)
+    COLUMNS, DASH, GroupStats, PairedComparison, format_number, group_stats, load_runs, markdown_table, success_rows)
 from sparse_react.trajectory import RecordError
 
 RHYTHM_ORDER: tuple[str, ...] = ("sparse", "dense", "im", "act")
@@ -48,31 +47,6 @@ class Ablation:
     models: dict[str, TrainedModel]
     sets: dict[str, list[GroupStats]]
     won: dict[str, dict[str, dict[tuple[str, int], bool]]]  # set → rhythm → (game, prompt variant) → won
-
-
-@dataclass(frozen=True)
-class PairedComparison:
-    """Two rhythms on the games both played: how many each won where the other lost, and the exact
-    two-sided McNemar p-value (a sign test on those discordant games)."""
-
-    first: str
-    second: str
-    games: int
-    both_won: int
-    only_first: int
-    only_second: int
-
-    @classmethod
-    def of(cls, first: str, second: str, won_first: dict, won_second: dict) -> "PairedComparison":
-        """The comparison on the keys (games) both `won_` maps hold."""
-        wins = [(won_first[k], won_second[k]) for k in won_first.keys() & won_second.keys()]
-        return cls(first, second, len(wins), wins.count((True, True)), wins.count((True, False)),
-                   wins.count((False, True)))
-
-    @property
-    def p_value(self) -> float:
-        n, k = self.only_first + self.only_second, min(self.only_first, self.only_second)
-        return min(1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
 
 
 def _rhythm_key(rhythm: str) -> tuple[int, str]:

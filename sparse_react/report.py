@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import csv
 from dataclasses import dataclass, field
+from itertools import combinations
+from math import comb
 from pathlib import Path
 from statistics import mean
 from typing import Sequence
@@ -79,6 +81,31 @@ class GroupStats:
         """Percentage of games won in a column (Pick ... Pick2, All); None when it has no games."""
         games = self.games[column]
         return 100.0 * self.wins[column] / games if games else None
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Two groups of episodes (rhythms, runs, rounds) on the games both played: how many each won
+    where the other lost, and the exact two-sided McNemar p-value (a sign test on those discordant games)."""
+
+    first: str
+    second: str
+    games: int
+    both_won: int
+    only_first: int
+    only_second: int
+
+    @classmethod
+    def of(cls, first: str, second: str, won_first: dict, won_second: dict) -> "PairedComparison":
+        """The comparison on the keys (games) both `won_` maps hold."""
+        wins = [(won_first[k], won_second[k]) for k in won_first.keys() & won_second.keys()]
+        return cls(first, second, len(wins), wins.count((True, True)), wins.count((True, False)),
+                   wins.count((False, True)))
+
+    @property
+    def p_value(self) -> float:
+        n, k = self.only_first + self.only_second, min(self.only_first, self.only_second)
+        return min(1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
 
 
 def group_stats(name: str, label: str, episodes: Sequence[Episode]) -> GroupStats:
@@ -175,15 +202,37 @@ def measure_rows(groups: Sequence[GroupStats]) -> list[list[str]]:
     ]
 
 
+def paired_groups(runs: Sequence[Run]) -> list[PairedComparison]:
+    """Game by game: every two rhythms within a run (what thinking changes), then each rhythm across
+    every two runs that played it (what changed between the runs: a model, a budget rule)."""
+    won: dict[tuple[str, str], dict[tuple[str, int], bool]] = {}
+    for label, episodes in runs:
+        for e in episodes:
+            won.setdefault((label, e.rhythm), {})[e.game, e.prompt_variant] = e.won
+    name = (lambda label, rhythm: f"{label}/{rhythm}") if len(runs) > 1 else (lambda label, rhythm: rhythm)
+    within = [(a, b) for label, _ in runs for a, b in combinations([k for k in won if k[0] == label], 2)]
+    across = [(a, b) for rhythm in dict.fromkeys(r for _, r in won)
+              for a, b in combinations([k for k in won if k[1] == rhythm], 2)]
+    pairs = [PairedComparison.of(name(*a), name(*b), won[a], won[b]) for a, b in within + across]
+    return [c for c in pairs if c.games]
+
+
 def markdown_report(runs: Sequence[Run]) -> str:
-    """The whole report as Markdown: success by task type, then the other measures."""
+    """The whole report as Markdown: success by task type, game-by-game pairs, then the other measures."""
     groups = summarize(runs)
     sources = ", ".join(f"`{label}` ({len(eps)} episodes)" for label, eps in runs)
+    pairs = [[f"{c.first} vs {c.second}", str(c.games), str(c.both_won), str(c.only_first), str(c.only_second),
+              f"{c.p_value:.2g}"] for c in paired_groups(runs)]
+    game_by_game = ["## Game by game", markdown_table(
+        ["pair", "games", "both won", "only the first won", "only the second won", "p (exact McNemar)"], pairs),
+        "Each pair on the games (and prompt variants) both played; p is the chance of a split at least this uneven "
+        "of the games only one of them won if neither were better (two-sided)."] if pairs else []
     return "\n\n".join([
         "# Report",
         f"Runs: {sources}. Success is what the game said (`won`); all numbers come from the records.",
         "## Success by task type",
         markdown_table(["", *COLUMNS], success_rows(groups)),
+        *game_by_game,
         "## Behaviour",
         markdown_table(["", *MEASURES], measure_rows(groups)),
         "Steps to success: mean entries (thoughts and actions) of won episodes. Invalid actions: "

@@ -25,13 +25,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
-from sparse_react.ablation import PairedComparison
 from sparse_react.cards import MODEL_CARD
 from sparse_react.errors import UserError
 from sparse_react.evaluate import SETTINGS_FILE
 from sparse_react.games.catalog import find_games
 from sparse_react.lines import is_thought
-from sparse_react.report import COLUMNS, group_stats, load_runs, markdown_table
+from sparse_react.report import COLUMNS, PairedComparison, group_stats, load_runs, markdown_table
 from sparse_react.steps import Steps
 from sparse_react.trajectory import EPISODES_FILE, read_episodes
 

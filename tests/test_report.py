@@ -11,7 +11,7 @@ from sparse_react.agent import LoopRules, run_episode
 from sparse_react.env import HouseholdEnv
 from sparse_react.policies.expert import ExpertPolicy
 from sparse_react.policies.random_admissible import RandomPolicy
-from sparse_react.report import CSV_FIELDS, load_runs, markdown_report, summarize, write_report
+from sparse_react.report import CSV_FIELDS, PairedComparison, load_runs, markdown_report, summarize, write_report
 from sparse_react.tasks import TaskType
 from sparse_react.trajectory import RecordError, append_episode
 
@@ -125,3 +125,14 @@ def test_path_without_episodes_is_named(tmp_path):
         load_runs([folder])
     with pytest.raises(RecordError, match="missing.jsonl"):
         load_runs([tmp_path / "missing.jsonl"])
+
+
+def test_game_by_game_pairs_rhythms_within_a_run_and_each_rhythm_across_runs(run_dirs):
+    markdown = markdown_report(load_runs(run_dirs))
+    random_wins = sum(r["won"] for r in raw(run_dirs[1]))
+    # Within `experts`, both rhythms won every game; across runs, only act was played by both.
+    assert "| experts/sparse vs experts/act | 6 | 6 | 0 | 0 | 1 |" in markdown
+    assert (f"| experts/act vs random/act | 6 | {random_wins} | {6 - random_wins} | 0 | "
+            f"{PairedComparison('a', 'b', 6, random_wins, 6 - random_wins, 0).p_value:.2g} |") in markdown
+    assert "experts/sparse vs random/act" not in markdown and "random/act vs experts" not in markdown
+    assert "## Game by game" not in markdown_report(load_runs(run_dirs[1:]))  # one rhythm in one run: no pair
