@@ -481,7 +481,8 @@ def rounds(
     train_limit: Optional[int] = typer.Option(None, min=1, help="Only the first N train games."),
     train_task_types: Optional[str] = typer.Option(None, help="Comma-separated task types of the train games."),
     train_filter: Optional[str] = typer.Option(None, help="Only train games whose name matches this regular "
-                                                          "expression (as `eval --filter`)."),
+                                                          "expression (as `eval --filter`); `{round}` in it becomes "
+                                                          "the round's number, so each round can play other games."),
     eval_sets: str = typer.Option("valid_unseen", help="Comma-separated evaluation sets."),
     eval_limit: Optional[int] = typer.Option(None, min=1, help="Only the first N games of each evaluation set."),
     max_steps: int = typer.Option(50, help="Step budget of every episode."),

@@ -64,7 +64,7 @@ class RoundsSettings:
     lora_rank: int = 8
     max_length: int = 2048
     batch: int = 16
-    train_filter: str | None = None  # only train games whose name matches this regular expression
+    train_filter: str | None = None  # only train games whose name matches this regex; `{round}` becomes the round's number
     seed_model: str | None = None  # round 0's model when it is already trained on the seed data (copied, not trained)
     replan_detours: bool = False  # dagger: a re-planning thought after every detour (`relabel --replan-detours`)
 
@@ -112,7 +112,7 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
             play = folder / "play"
             selection = [*(["--limit", str(settings.train_limit)] if settings.train_limit else []),
                          *(["--task-types", settings.train_task_types] if settings.train_task_types else []),
-                         *(["--filter", settings.train_filter] if settings.train_filter else [])]
+                         *(["--filter", settings.train_filter.replace("{round}", str(k))] if settings.train_filter else [])]
             steps.run(["eval", "--games", settings.train_games, *selection, "--model", str(last / "model"),
                        "--rhythms", settings.rhythm, "--max-steps", str(settings.max_steps),
                        "--batch", str(settings.batch), "--out", str(play)], done=data.is_file())

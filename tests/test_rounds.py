@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -52,13 +53,14 @@ def lines(path) -> int:
 
 def test_two_dagger_rounds_grow_the_data_and_each_model_loads(toy, capsys):
     out = toy / "dagger"
-    table = run_rounds(settings(toy), out)
+    table = run_rounds(settings(toy, train_filter="trial_g1000[{round}3]"), out)
     sizes = [lines(out / f"round-{k}" / "data.jsonl") for k in range(3)]
     assert sizes[0] == lines(toy / "seed.jsonl") and sizes[0] < sizes[1] < sizes[2]
     for k in (1, 2):
         new = [json.loads(line) for line in (out / f"round-{k}" / "new.jsonl").read_text().splitlines()]
         played = [json.loads(line) for line in (out / f"round-{k}" / "play" / "episodes.jsonl").read_text().splitlines()]
         assert len(played) == 2 and sizes[k] - sizes[k - 1] == len(new) == sum(len(e["entries"]) for e in played)
+        assert all(re.search(f"trial_g1000[{k}3]", e["settings"]["game_name"]) for e in played)
         for example in new:  # the model's own lines are context; only the expert's label (1 or 2 lines) is trained
             flags = [m.get("train") for m in example["messages"] if m["role"] == "assistant"]
             assert flags[-1] is True and set(flags[:-2]) <= {False} and flags.count(True) in (1, 2)
@@ -83,11 +85,14 @@ def test_two_dagger_rounds_grow_the_data_and_each_model_loads(toy, capsys):
         cells = next(line for line in text.splitlines() if line.startswith(f"| round {k - 1} → round {k} |")).split(" | ")
         pairs = [(won[k - 1][g], won[k][g]) for g in won[k]]
         assert cells[2:6] == ["2", *(str(pairs.count(w)) for w in ((True, True), (True, False), (False, True)))]
+    games = [{e["game"] for e in map(json.loads, (out / f"round-{k}" / "play" / "episodes.jsonl").read_text()
+                                     .splitlines())} for k in (1, 2)]
+    assert games[0] != games[1]  # `{round}` in the filter: each round played its own selection
     capsys.readouterr()
-    run_rounds(settings(toy), out)  # everything is there: every step skipped
+    run_rounds(settings(toy, train_filter="trial_g1000[{round}3]"), out)  # everything is there: every step skipped
     assert "$ sparse-react" in (printed := capsys.readouterr().out) and printed.count("# done, skipped") == printed.count("$ ")
     with pytest.raises(RoundsError, match="other settings.*arm"):
-        run_rounds(settings(toy, arm="bootstrap"), out)
+        run_rounds(settings(toy, train_filter="trial_g1000[{round}3]", arm="bootstrap"), out)
 
 
 def test_bootstrap_and_continued_training_run_a_round_from_a_seed_model(toy, seed_model):
