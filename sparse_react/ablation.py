@@ -19,7 +19,8 @@ from sparse_react.bundled import ADAPTERS_DIR
 from sparse_react.cards import ADAPTER_CONFIG, ADAPTER_WEIGHTS, DEFAULT_ACTION_MODE, MODEL_CARD, ModelError
 from sparse_react.evaluate import SETTINGS_FILE
 from sparse_react.report import (
-    COLUMNS, DASH, GroupStats, PairedComparison, format_number, group_stats, load_runs, markdown_table, success_rows)
+    COLUMNS, DASH, GroupStats, PairedComparison, format_number, group_stats, load_runs, markdown_table, pairs_table,
+    success_rows)
 from sparse_react.trajectory import RecordError
 
 RHYTHM_ORDER: tuple[str, ...] = ("sparse", "dense", "im", "act")
@@ -120,10 +121,7 @@ def ablation_markdown(ablation: Ablation) -> str:
         parts += [f"Not finished: {g.rhythm} has played {g.episodes} of the {most} episodes; its row and pairs are "
                   f"not comparable yet (rerun its evaluation to resume)." for g in groups if g.episodes < most]
         if len(groups) > 1:
-            rows = [[f"{c.first} vs {c.second}", str(c.games), str(c.both_won), str(c.only_first), str(c.only_second),
-                     f"{c.p_value:.2g}"] for c in paired(ablation, games)]
-            parts.append(markdown_table(["pair", "games", "both won", "only the first won", "only the second won",
-                                         "p (exact McNemar)"], rows))
+            parts.append(pairs_table(paired(ablation, games)))
     parts.append("Tokens/ep: tokens the model ran through per episode (each new turn's text, scored candidates and "
                  "generated lines; the cached history counted once). Steps to success: entries (thoughts and actions) "
                  "of won episodes. Out of steps: episodes that used the whole budget (thoughts count as steps). Pairs: "

@@ -217,15 +217,20 @@ def paired_groups(runs: Sequence[Run]) -> list[PairedComparison]:
     return [c for c in pairs if c.games]
 
 
+def pairs_table(pairs: Sequence[PairedComparison]) -> str:
+    """The pairs as a Markdown table, one row each (`first vs second`, the counts, p)."""
+    rows = [[f"{c.first} vs {c.second}", str(c.games), str(c.both_won), str(c.only_first), str(c.only_second),
+             f"{c.p_value:.2g}"] for c in pairs]
+    return markdown_table(["pair", "games", "both won", "only the first won", "only the second won",
+                           "p (exact McNemar)"], rows)
+
+
 def markdown_report(runs: Sequence[Run]) -> str:
     """The whole report as Markdown: success by task type, game-by-game pairs, then the other measures."""
     groups = summarize(runs)
     sources = ", ".join(f"`{label}` ({len(eps)} episodes)" for label, eps in runs)
-    pairs = [[f"{c.first} vs {c.second}", str(c.games), str(c.both_won), str(c.only_first), str(c.only_second),
-              f"{c.p_value:.2g}"] for c in paired_groups(runs)]
-    game_by_game = ["## Game by game", markdown_table(
-        ["pair", "games", "both won", "only the first won", "only the second won", "p (exact McNemar)"], pairs),
-        "Each pair on the games (and prompt variants) both played; p is the chance of a split at least this uneven "
+    pairs = paired_groups(runs)
+    game_by_game = ["## Game by game", pairs_table(pairs), "Each pair on the games (and prompt variants) both played; p is the chance of a split at least this uneven "
         "of the games only one of them won if neither were better (two-sided)."] if pairs else []
     return "\n\n".join([
         "# Report",
