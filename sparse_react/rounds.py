@@ -211,7 +211,8 @@ def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]
     pair_header = ["rounds", "set", "games", "both won", "only the earlier won", "only the later won",
                    "p (exact McNemar)"]
     return "\n\n".join([
-        f"# Rounds: {settings.arm}, {settings.rhythm} rhythm, retrained from {settings.retrain}",
+        f"# Rounds: {settings.arm}, {settings.rhythm} rhythm, "
+        + ("retrained from the base" if settings.retrain == "base" else "trained on from the last round's adapter"),
         *([f"Round 0's model is {settings.seed_model}, copied (its card holds the commands that made it)."]
           if settings.seed_model else []),
         markdown_table(header, rows),

@@ -101,6 +101,7 @@ def test_bootstrap_and_continued_training_run_a_round_from_a_seed_model(toy, see
                                 train_filter="Newspaper"), out)
     assert (out / "round-0" / "model" / "sparse_react.json").read_text() == (seed_model / "sparse_react.json").read_text()
     assert "copied" in table.read_text() and table.read_text().count("sparse-react finetune") == 1
+    assert table.read_text().startswith("# Rounds: bootstrap, sparse rhythm, trained on from the last round's adapter")
     played = [json.loads(line) for line in (out / "round-1" / "play" / "episodes.jsonl").read_text().splitlines()]
     assert len(played) == 2 and all("Newspaper" in e["settings"]["game_name"] for e in played)
     assert lines(out / "round-1" / "new.jsonl") == sum(e["won"] for e in played)
