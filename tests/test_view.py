@@ -157,14 +157,18 @@ def cells(table) -> list[list[str]]:
 def test_runs_page_shows_the_reports_table(server, page, run_dirs, tmp_path):
     report = cli("report", *map(str, run_dirs), "--out", str(tmp_path / "report"))
     assert report.returncode == 0, report.stderr
-    success_md, behaviour_md = (tmp_path / "report" / "report.md").read_text().split("## Behaviour")
+    success_md, rest = (tmp_path / "report" / "report.md").read_text().split("## Game by game")
+    pairs_md, behaviour_md = rest.split("## Behaviour")
     page.goto(server + "/")
-    for table, markdown in ((page.locator("#success"), success_md), (page.locator("#measures"), behaviour_md)):
+    for table, markdown in ((page.locator("#success"), success_md), (page.locator("#pairs"), pairs_md),
+                            (page.locator("#measures"), behaviour_md)):
         expected = [[c.strip() for c in line.strip("|").split("|")] for line in markdown.splitlines()
-                    if line.startswith("| ") and not line.startswith("| ---") and not line.startswith("|  |")]
+                    if line.startswith("| ") and not line.startswith(("| ---", "|  |", "| pair |"))]
         shown = cells(table)
+        assert expected
         # the page shows every run it was given; the report got the first two
-        assert [row for row in shown if row[0].split("/")[0] in ("experts", "scripted")] == expected
+        assert [row for row in shown if {n.split("/")[0] for n in row[0].split(" vs ")} <= {"experts", "scripted"}] \
+            == expected
     assert ["experts/sparse", *["1/1 (100%)"] * 6, "6/6 (100%)"] in cells(page.locator("#success"))
     names = page.locator("#measures thead th").all_inner_texts()
     measures = {row[0]: row for row in cells(page.locator("#measures"))}

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Iterable
 
 from sparse_react.lines import NOTHING_HAPPENS, Kind
-from sparse_react.report import COLUMNS, MEASURES, GroupStats, measure_rows, success_rows, summarize, write_plots
+from sparse_react.report import (
+    COLUMNS, MEASURES, GroupStats, PairedComparison, measure_rows, paired_groups, success_rows, summarize, write_plots)
 from sparse_react.tasks import TaskType
 from sparse_react.trajectory import Entry, Episode, Failure, ending_cycle
 from sparse_react.view.records import Run
@@ -34,13 +35,15 @@ def outcome(episode: Episode) -> str:
 
 @dataclass
 class RunsPage:
-    """The Runs page: the report's success table and measures, its plots, and each run's bad lines."""
+    """The Runs page: the report's success table, game-by-game pairs and measures, its plots, and
+    each run's bad lines."""
 
     runs: list[Run]
     columns: tuple[str, ...]
     success: list[list[str]]
     groups: list[GroupStats]
     plots: dict[str, str]  # name -> data: URI of the PNG
+    pairs: list[PairedComparison]
 
     @property
     def measures(self) -> list[list[str]]:
@@ -73,7 +76,8 @@ def runs_page(runs: list[Run]) -> RunsPage:
     report_runs = [(run.label, run.episodes) for run in runs if run.episodes]
     groups = summarize(report_runs)
     key = tuple((r.label, len(r.episodes), tuple(r.lines)) for r in runs)
-    return RunsPage(runs, COLUMNS, success_rows(groups), groups, _plots(groups, key) if groups else {})
+    return RunsPage(runs, COLUMNS, success_rows(groups), groups, _plots(groups, key) if groups else {},
+                    paired_groups(report_runs))
 
 
 @dataclass(frozen=True)
