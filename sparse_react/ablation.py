@@ -75,7 +75,7 @@ def load_ablation(root: Path | str) -> Ablation:
         for rhythm in dict.fromkeys(e.rhythm for e in episodes):
             mine = [e for e in episodes if e.rhythm == rhythm]
             sets.setdefault(games, []).append(group_stats(rhythm, label, mine))
-            won.setdefault(games, {})[rhythm] = {(e.game, e.prompt_variant): e.won for e in mine}
+            won.setdefault(games, {})[rhythm] = {(e.game_name, e.prompt_variant): e.won for e in mine}
     if not sets:
         raise RecordError(f"{root}: no eval-RHYTHM-SET run folders (benchmarks/ablation.py writes them)")
     for groups in sets.values():

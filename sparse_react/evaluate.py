@@ -124,7 +124,7 @@ def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[s
         settings = settings or RunSettings("", policy.name, tuple(rhythms), tuple(variants), asdict(rules),
                                            policy_spec=policy.spec())
         for episode in open_run(run_dir, settings):
-            done[episode_key(episode.settings.get("game_name", episode.game), episode.rhythm, episode.prompt_variant)] = episode
+            done[episode_key(episode.game_name, episode.rhythm, episode.prompt_variant)] = episode
     todo = [task for task in plan if episode_key(task[0].name, task[1], task[2]) not in done]
     bar = tqdm(total=len(plan), initial=len(done), desc=policy.name, unit="ep", disable=not progress)
     won = [e.won for e in done.values()]

@@ -80,7 +80,7 @@ def episode_messages(episode: Episode) -> list[dict[str, str]]:
 def in_game_order(episodes: Sequence[Episode]) -> list[Episode]:
     """A run's episodes by game name, rhythm and prompt variant, not in the order workers finished
     them, so that the same runs always give the same data file (and the same sha256 in a card)."""
-    return sorted(episodes, key=lambda e: (e.settings.get("game_name", e.game), e.rhythm, e.prompt_variant))
+    return sorted(episodes, key=lambda e: (e.game_name, e.rhythm, e.prompt_variant))
 
 
 def export(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAULT_EVAL_SETS,
@@ -103,7 +103,7 @@ def export(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAULT_EVA
         for label, episode in won:
             record = {"format": DATA_FORMAT, "messages": episode_messages(episode),
                       "rhythm": episode.rhythm, "task_type": episode.task_type,
-                      "game": episode.settings.get("game_name", episode.game),
+                      "game": episode.game_name,
                       "game_sha256": game_digest(episode.game), "policy": episode.policy, "run": label}
             handle.write(json.dumps(record) + "\n")
             by_rhythm[episode.rhythm] = by_rhythm.get(episode.rhythm, 0) + 1
@@ -113,7 +113,7 @@ def export(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAULT_EVA
 def _refuse_leaks(episodes: Iterable[Episode], games: Sequence[GameRef], sets: Sequence[str]) -> None:
     names = {g.name for g in games}
     digests = {d for g in games if (d := game_digest(g.path))}
-    leaks = sorted({e.settings.get("game_name", e.game) for e in episodes
+    leaks = sorted({e.game_name for e in episodes
                     if e.settings.get("game_name") in names or game_digest(e.game) in digests})
     if leaks:
         shown = ", ".join(leaks[:5]) + (f" and {len(leaks) - 5} more" if len(leaks) > 5 else "")

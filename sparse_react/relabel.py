@@ -157,7 +157,7 @@ def relabelled_examples(episode: Episode, states: Sequence[RelabelledState], run
     state (its assistant lines marked `"train": false`), then the label's lines."""
     messages = episode_messages(episode)
     common = {"format": DATA_FORMAT, "rhythm": episode.rhythm, "task_type": episode.task_type,
-              "game": episode.settings.get("game_name", episode.game), "game_sha256": game_digest(episode.game),
+              "game": episode.game_name, "game_sha256": game_digest(episode.game),
               "policy": RELABEL_POLICY, "run": run}
     examples = []
     for state in states:

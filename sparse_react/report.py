@@ -208,7 +208,7 @@ def paired_groups(runs: Sequence[Run]) -> list[PairedComparison]:
     won: dict[tuple[str, str], dict[tuple[str, int], bool]] = {}
     for label, episodes in runs:
         for e in episodes:
-            won.setdefault((label, e.rhythm), {})[e.game, e.prompt_variant] = e.won
+            won.setdefault((label, e.rhythm), {})[e.game_name, e.prompt_variant] = e.won
     name = (lambda label, rhythm: f"{label}/{rhythm}") if len(runs) > 1 else (lambda label, rhythm: rhythm)
     within = [(a, b) for label, _ in runs for a, b in combinations([k for k in won if k[0] == label], 2)]
     across = [(a, b) for rhythm in dict.fromkeys(r for _, r in won)

@@ -201,7 +201,7 @@ def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]
                          f"{thought_share(new if new.is_file() else folder / 'data.jsonl'):.0%}",
                          f"{card['seconds_this_run'] / 60:.1f}", f"{card['last_loss']}", games,
                          *(f"{stats.wins[c]}/{stats.games[c]}" for c in COLUMNS), f"{stats.thought_density:.0%}"])
-            won[k, games] = {e.game: e.won for e in episodes}
+            won[k, games] = {e.game_name: e.won for e in episodes}
             if k:
                 c = PairedComparison.of(f"round {k - 1}", f"round {k}", won[k - 1, games], won[k, games])
                 pairs.append([f"{c.first} → {c.second}", games, str(c.games), str(c.both_won), str(c.only_first),

@@ -69,6 +69,11 @@ class Episode:
     traceback: str | None = None  # of the exception that ended an error episode
 
     @property
+    def game_name(self) -> str:
+        """The game's name (task folder/trial), the same wherever the game files sit: what pairs episodes across runs."""
+        return self.settings.get("game_name", self.game)
+
+    @property
     def actions(self) -> list[Entry]:
         return [e for e in self.entries if e.kind is Kind.ACTION]
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 
 import pytest
 
 from sparse_react.agent import LoopRules, run_episode
 from sparse_react.env import HouseholdEnv
+from sparse_react.games.catalog import game_ref
 from sparse_react.policies.expert import ExpertPolicy
 from sparse_react.policies.random_admissible import RandomPolicy
 from sparse_react.report import CSV_FIELDS, PairedComparison, load_runs, markdown_report, summarize, write_report
@@ -136,3 +138,17 @@ def test_game_by_game_pairs_rhythms_within_a_run_and_each_rhythm_across_runs(run
             f"{PairedComparison('a', 'b', 6, random_wins, 6 - random_wins, 0).p_value:.2g} |") in markdown
     assert "experts/sparse vs random/act" not in markdown and "random/act vs experts" not in markdown
     assert "## Game by game" not in markdown_report(load_runs(run_dirs[1:]))  # one rhythm in one run: no pair
+
+
+def test_pairs_match_games_by_name_wherever_their_files_sit(run_dirs, bundled_unseen, tmp_path):
+    """Two machines (or two ALFWORLD_DATA spellings) hold the same games at different paths: the pairs still meet."""
+    originals = [next(g for g in bundled_unseen if g.task_type is t) for t in TaskType]
+    moved = []
+    for game in originals:
+        folder = tmp_path / "elsewhere" / game.name
+        shutil.copytree(game.path.parent, folder)
+        moved.append(game_ref(folder / game.path.name))
+    record(tmp_path / "moved" / "episodes.jsonl", moved, ExpertPolicy(), "act", LoopRules())
+    assert {r["game"] for r in raw(tmp_path / "moved")}.isdisjoint(r["game"] for r in raw(run_dirs[0]))
+    markdown = markdown_report(load_runs([run_dirs[0], tmp_path / "moved"]))
+    assert "| experts/act vs moved/act | 6 | 6 | 0 | 0 | 1 |" in markdown
