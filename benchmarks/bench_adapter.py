@@ -7,7 +7,9 @@ games are replayed line by line, and at each action turn the model encodes the n
 picks among the admissible commands after it (its KV cache kept across turns, as in play). The three models are
 loaded and warmed up, then take turns episode by episode.
 
-    HF_HUB_OFFLINE=1 python benchmarks/bench_adapter.py [--rhythm sparse] [--games 6] [--threads 2]
+    HF_HUB_OFFLINE=1 python benchmarks/bench_adapter.py [--rhythm sparse] [--games 6] [--threads 2] [--also DIR ...]
+
+`--also` adds model folders (a full fine-tune, say) as further arms on the same work.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def main() -> None:
     parser.add_argument("--rhythm", default="sparse")
     parser.add_argument("--games", type=int, default=6)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--also", nargs="*", default=[], help="model folders or .gguf files timed as further arms")
     parser.add_argument("--action-mode", default="scored", help="how every arm picks a command (the shipped "
                         "adapters play scored)")
     args = parser.parse_args()
@@ -69,7 +72,8 @@ def main() -> None:
     episodes = list(zip(games, played))
     adapter = shipped_adapter(args.rhythm)
     arms = {"base": lambda: load_model(None, "cpu"), "merged adapter": lambda: load_model(adapter, "cpu"),
-            "unmerged adapter": lambda: load_model(adapter, "cpu", merge=False)}
+            "unmerged adapter": lambda: load_model(adapter, "cpu", merge=False),
+            **{folder: (lambda folder=folder: load_model(folder, "cpu")) for folder in args.also}}
     loads, policies = {}, {}
     for name, load in arms.items():
         started = time.perf_counter()
