@@ -174,6 +174,9 @@ def _load_adapter(path: Path, device: str, dtype: str | torch.dtype | None, trus
         raise ModelError(f"cannot load the LoRA adapter in {path} ({_reason(exc)}): its files are damaged or "
                          f"do not fit the base; reinstall sparse_react or retrain it with `sparse-react finetune "
                          f"--lora`") from exc
+    # peft froze the weights; frozen bfloat16 weights took 1.55x the time per turn on a CPU with AMX
+    # (benchmarks/bench_adapter.py), so they are left as from_pretrained leaves any model.
+    lm.requires_grad_(True)
     lm.to(dtype=resolve_dtype(dtype, loaded.device)).eval()
     return LoadedModel(loaded.tokenizer, lm, loaded.device, str(path))
 
