@@ -39,7 +39,13 @@ class GameRef:
     @property
     def name(self) -> str:
         """`<task folder>/<trial>`: unique within a split, stable across machines."""
-        return f"{self.path.parent.parent.name}/{self.path.parent.name}"
+        return game_name(self.path)
+
+
+def game_name(path: str | Path) -> str:
+    """A game file's `<task folder>/<trial>`: the same wherever the game files sit."""
+    path = Path(path)
+    return f"{path.parent.parent.name}/{path.parent.name}"
 
 
 def bundled_games_dir() -> Path:

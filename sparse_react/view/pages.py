@@ -108,7 +108,7 @@ class EpisodeRow:
 
     @property
     def game_name(self) -> str:
-        return self.episode.settings.get("game_name") or Path(self.episode.game).parent.parent.name
+        return self.episode.game_name
 
 
 @dataclass
