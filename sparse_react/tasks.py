@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 
 from sparse_react.errors import UserError
 
@@ -96,3 +97,9 @@ def parse_task_folder(name: str) -> TaskSpec:
     except ValueError:
         raise UnknownTaskError(f"task folder {name!r} names an unknown task type {match['task']!r}") from None
     return TaskSpec(task_type, match["obj"], match["mrecep"], match["parent"], match["scene"])
+
+
+def game_name(path: str | Path) -> str:
+    """A game file's `<task folder>/<trial>`: the same wherever the game files sit."""
+    path = Path(path)
+    return f"{path.parent.parent.name}/{path.parent.name}"

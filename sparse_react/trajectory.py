@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from sparse_react.errors import UserError
-from sparse_react.games import catalog
 from sparse_react.lines import NOTHING_HAPPENS, Kind
+from sparse_react.tasks import game_name
 
 EPISODE_FORMAT = "sparse_react.episode/1"
 EPISODES_FILE = "episodes.jsonl"  # a run folder's record: one JSON line per finished episode
@@ -72,7 +72,7 @@ class Episode:
     @property
     def game_name(self) -> str:
         """The game's name (task folder/trial), the same wherever the game files sit: what pairs episodes across runs."""
-        return self.settings.get("game_name") or catalog.game_name(self.game)
+        return self.settings.get("game_name") or game_name(self.game)
 
     @property
     def actions(self) -> list[Entry]:

@@ -11,7 +11,7 @@ from typing import Iterable, Sequence
 from sparse_react.bundled import bundled_dir
 from sparse_react.errors import UserError
 from sparse_react.games.files import GAME_FILE_NAMES, SPLITS, GameFileError
-from sparse_react.tasks import TaskSpec, TaskType, parse_task_folder
+from sparse_react.tasks import TaskSpec, TaskType, game_name, parse_task_folder
 
 BUNDLED_SPLITS = SPLITS
 ALFWORLD_PREFIX = "alfworld:"
@@ -40,12 +40,6 @@ class GameRef:
     def name(self) -> str:
         """`<task folder>/<trial>`: unique within a split, stable across machines."""
         return game_name(self.path)
-
-
-def game_name(path: str | Path) -> str:
-    """A game file's `<task folder>/<trial>`: the same wherever the game files sit."""
-    path = Path(path)
-    return f"{path.parent.parent.name}/{path.parent.name}"
 
 
 def bundled_games_dir() -> Path:
