@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections import Counter
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -139,22 +140,31 @@ def write_ablation_report(root: Path | str, out: Path | str | None = None) -> Pa
     return path
 
 
-def ship_adapter(model_dir: Path, commands: Sequence[str], eval_runs: Sequence[Path]) -> Path:
-    """Copy a trained adapter into the package as its rhythm's shipped agent, with a card that adds
-    the commands that made it and the results measured with it (from the evaluation runs' records)."""
+def ship_adapter(model_dir: Path, commands: Sequence[str], eval_runs: Sequence[Path],
+                 dest_root: Path = ADAPTERS_DIR) -> Path:
+    """Copy a trained adapter into the package (`dest_root`) as its rhythm's shipped agent, with a card
+    that adds the commands that made it, where its training data came from and the results measured
+    with it (from the evaluation runs' records). An adapter trained on from another (`finetune
+    --init-adapter`) carries a summary of that one's training too."""
     card = json.loads((model_dir / MODEL_CARD).read_text())
     if card.get("kind") != "lora":
         raise ModelError(f"{model_dir} is not a LoRA adapter (its card says kind {card.get('kind')!r})")
     games = card.pop("train_games")
+    parent = json.loads((Path(start) / MODEL_CARD).read_text()) if (start := card["settings"].get("init_adapter")) else {}
     card.update(base=card["base_identity"]["file"], train_games=len(games),
-                train_games_sha256=hashlib.sha256("\n".join(games).encode()).hexdigest(), commands=list(commands),
+                train_games_sha256=hashlib.sha256("\n".join(games).encode()).hexdigest(),
+                data_sources=_data_sources(Path(card["data"])),
+                commands=list(commands),
                 results={})
+    if parent:
+        card["continued_from"] = {k: parent.get(k) for k in (
+            "examples", "data_sha256", "steps", "first_loss", "last_loss", "seconds_this_run", "peak_rss_mb_this_run")}
     for run in eval_runs:
         ((label, episodes),) = load_runs([run])
         stats = group_stats(card["rhythm"], label, episodes)
         card["results"][json.loads((run / SETTINGS_FILE).read_text())["games"]] = {
             column: [stats.wins[column], stats.games[column]] for column in COLUMNS}
-    dest = ADAPTERS_DIR / card["rhythm"]
+    dest = dest_root / card["rhythm"]
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
@@ -164,13 +174,25 @@ def ship_adapter(model_dir: Path, commands: Sequence[str], eval_runs: Sequence[P
     return dest
 
 
+def _data_sources(data: Path) -> dict[str, int]:
+    """Training examples per policy that played them (`search-expert`, a model's own won episodes, ...)."""
+    try:
+        return dict(Counter(json.loads(line).get("policy", "?") for line in data.read_text().splitlines()))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"training data {data} (named by the adapter's card) is not readable: {exc}") from None
+
+
+AGENT_LINES = "on the agent's lines"
+
+
 def adapter_readme(card: dict) -> str:
     """A shipped adapter's card as Markdown: what it is, how it was made, what it scored."""
     settings, base = card["settings"], card["base_identity"]
     rows = [[games, *(f"{w}/{n}" for w, n in (cells[c] for c in COLUMNS[:-1])),
              f"{cells['All'][0]}/{cells['All'][1]} ({cells['All'][0] / max(1, cells['All'][1]):.0%})"]
             for games, cells in card["results"].items()]
-    minutes = card["seconds_this_run"] / 60
+    sources = ", ".join(f"{n} of `{policy}`"
+                        for policy, n in card.get("data_sources", {"search-expert": card["examples"]}).items())
     return "\n\n".join([
         f"# The shipped {card['rhythm']} agent",
         f"A LoRA adapter (rank {settings['lora_rank']}, alpha {settings['lora_alpha'] or 2 * settings['lora_rank']}, "
@@ -181,12 +203,28 @@ def adapter_readme(card: dict) -> str:
         "## Results (success is the game's `won`)",
         markdown_table(["set", *COLUMNS], rows),
         "## Training",
-        f"{card['examples']} won `search-expert` episodes of {card['train_games']} distinct train games, none "
+        f"{card['examples']} won episodes ({sources}) of {card['train_games']} distinct train games, none "
         f"from an evaluation set (data sha256 `{card['data_sha256']}`, {card['data_bytes']:,} bytes); "
-        f"{card['steps']} optimizer steps of "
+        f"{_continued(card.get('continued_from'))}{card['steps']} optimizer steps of "
         f"{settings['batch_size'] * settings['grad_accum']} examples, learning rate {settings['learning_rate']}, "
-        f"seed {settings['seed']}; loss on the agent's lines {card['first_loss']:.3f} → {card['last_loss']:.3f}; "
-        f"{minutes:.0f} minutes here (2 CPU cores), peak memory {card['peak_rss_mb_this_run']:,} MB.",
+        f"seed {settings['seed']}; {'; '.join(_facts(card, AGENT_LINES, ' here (2 CPU cores)'))}.",
         "The commands that made it and measured it:",
         "```bash\n" + "\n".join(card["commands"]) + "\n```",
     ]) + "\n"
+
+
+def _continued(parent: dict | None) -> str:
+    if not parent:
+        return ""
+    return (f"training on from an adapter trained {parent['steps']} optimizer steps on {parent['examples']} episodes "
+            f"(data sha256 `{parent['data_sha256'][:12]}…`{''.join('; ' + fact for fact in _facts(parent))}), ")
+
+
+def _facts(card: dict, whose: str = "", where: str = "") -> list[str]:
+    """Loss, time and memory of a training, where its card has them (short runs log no loss)."""
+    first, last, seconds, peak = (card.get(k) for k in ("first_loss", "last_loss", "seconds_this_run",
+                                                         "peak_rss_mb_this_run"))
+    return [*([f"loss {whose + ' ' if whose else ''}{first:.3f} → {last:.3f}"]
+              if first is not None and last is not None else []),
+            *([f"{seconds / 60:.0f} minutes{where}"] if seconds else []),
+            *([f"peak memory {peak:,} MB"] if peak else [])]

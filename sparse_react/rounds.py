@@ -20,8 +20,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Sequence
 
@@ -95,6 +96,29 @@ class RoundsSettings:
                                   f"sha256 {made.get('data_sha256')}); rebuild the seed data with the "
                                   f"commands in its card, or drop --seed-model")
 
+
+def read_settings(out: Path) -> RoundsSettings:
+    """The settings a rounds folder was made with (its `rounds.json`)."""
+    path = out / SETTINGS
+    if not path.is_file():
+        raise RoundsError(f"{out} holds no {SETTINGS}: not a folder `sparse-react rounds` made")
+    stored = json.loads(path.read_text())
+    return RoundsSettings(**{**stored, "eval_sets": tuple(stored["eval_sets"])})
+
+
+def rounds_command(settings: RoundsSettings, out: Path) -> str:
+    """The `sparse-react rounds` command line that makes (or resumes) `out` with these settings."""
+    args = ["rounds"]
+    for field in fields(settings):
+        value, default = getattr(settings, field.name), field.default
+        if value == default and field.name not in ("rhythm", "rounds"):
+            continue
+        flag = "--" + field.name.replace("_", "-")
+        if isinstance(value, bool):
+            args += [flag] if value else []
+        else:
+            args += [flag, ",".join(value) if isinstance(value, tuple) else str(value)]
+    return "sparse-react " + shlex.join([*args, "--out", str(out)])
 
 def run_rounds(settings: RoundsSettings, out: Path) -> Path:
     """Run (or resume) every round into `out`; returns the path of the table `rounds.md`."""
@@ -219,8 +243,8 @@ def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]
         "Thoughts in new: the share of the trained lines of the round's new data (round 0: the seed data) that "
         "are thoughts. Thoughts played: their share of the lines of the evaluation's episodes (mean per episode).",
         *(["Game by game, each round against the one before:", markdown_table(pair_header, pairs)] if pairs else []),
-        "Success is the game's `won`. The commands (a rerun skips what is done):",
-        "```bash\n" + "\n".join(commands) + "\n```"]) + "\n"
+        "Success is the game's `won`. The command, and the steps it ran (a rerun skips what is done):",
+        "```bash\n" + "\n".join([rounds_command(settings, out), "# which ran:", *commands]) + "\n```"]) + "\n"
 
 
 def thought_share(data: Path) -> float:

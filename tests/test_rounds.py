@@ -8,18 +8,22 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 
 import pytest
+from typer.testing import CliRunner
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("peft")
 
+from sparse_react.ablation import ship_adapter  # noqa: E402
+from sparse_react.cli import app  # noqa: E402
 from sparse_react.evaluate import evaluate  # noqa: E402
 from sparse_react.export import export  # noqa: E402
 from sparse_react.games.catalog import find_games  # noqa: E402
 from sparse_react.policies.expert import SearchingExpertPolicy  # noqa: E402
 from sparse_react.policies.hf import load_model  # noqa: E402
-from sparse_react.rounds import RoundsError, RoundsSettings, run_rounds  # noqa: E402
+from sparse_react.rounds import RoundsError, RoundsSettings, read_settings, rounds_command, run_rounds  # noqa: E402
 from tiny import tiny_model  # noqa: E402
 
 
@@ -95,7 +99,7 @@ def test_two_dagger_rounds_grow_the_data_and_each_model_loads(toy, capsys):
         run_rounds(settings(toy, train_filter="trial_g1000[{round}3]", arm="bootstrap"), out)
 
 
-def test_bootstrap_and_continued_training_run_a_round_from_a_seed_model(toy, seed_model):
+def test_bootstrap_and_continued_training_run_a_round_from_a_seed_model(toy, seed_model, tmp_path):
     out = toy / "bootstrap"
     table = run_rounds(settings(toy, rounds=1, arm="bootstrap", retrain="continue", seed_model=str(seed_model),
                                 train_filter="Newspaper"), out)
@@ -109,6 +113,21 @@ def test_bootstrap_and_continued_training_run_a_round_from_a_seed_model(toy, see
     card = json.loads((out / "round-1" / "model" / "sparse_react.json").read_text())
     assert card["settings"]["init_adapter"] == str(out / "round-0" / "model") and card["kind"] == "lora"
     assert load_model(out / "round-1" / "model", device="cpu").model is not None
+
+    line = rounds_command(read_settings(out), out)  # what a shipped card gives as the command that made it
+    assert "--seed-model" in line and "--arm bootstrap" in line and line.startswith("sparse-react rounds ")
+    resumed = CliRunner().invoke(app, shlex.split(line)[1:])
+    assert resumed.exit_code == 0, resumed.output  # the same settings: the folder accepts it, nothing is redone
+    assert resumed.output.count("$ sparse-react") == resumed.output.count("# done, skipped") > 0
+
+    shipped = ship_adapter(out / "round-1" / "model", [line], [out / "round-1" / "eval-valid_unseen"], tmp_path)
+    made = json.loads((shipped / "sparse_react.json").read_text())
+    sources = made["data_sources"]
+    assert sources.pop("search-expert") == lines(toy / "seed.jsonl") and sum(sources.values()) == sum(e["won"] for e in played)
+    seed_card = json.loads((seed_model / "sparse_react.json").read_text())
+    assert made["continued_from"]["steps"] == seed_card["steps"] and made["steps"] == 2
+    assert made["results"]["valid_unseen"]["All"][1] == 2 and made["commands"] == [line]
+    assert "training on from an adapter trained 2 optimizer steps" in (shipped / "README.md").read_text()
 
 
 def test_a_seed_model_trained_on_other_data_is_refused(toy, seed_model, tmp_path):

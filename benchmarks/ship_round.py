@@ -1,0 +1,42 @@
+"""Ship the adapter of one round of `sparse-react rounds` as its rhythm's packaged agent.
+
+Copies round K's adapter (default: the last round) into `sparse_react/adapters/<rhythm>/`, where
+`--policy hf` finds it, with a card: the commands that made it (round 0's own, when round 0 was a
+copied seed model, then the `rounds` command that resumes the folder), where its training data came
+from, the training it continued, and the results of the round's evaluations and of any evaluation
+run of it made apart (`--eval RUN --command "sparse-react eval ..."`); and a README.
+
+    python benchmarks/ship_round.py runs/rounds-bootstrap [--round 1] [--eval RUN --command CMD]...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from sparse_react.ablation import ship_adapter
+from sparse_react.cards import MODEL_CARD
+from sparse_react.rounds import read_settings, rounds_command
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("rounds", type=Path, help="the folder `sparse-react rounds --out` wrote")
+    parser.add_argument("--round", type=int, default=None, help="the round whose adapter ships (default: the last)")
+    parser.add_argument("--eval", type=Path, action="append", default=[], metavar="RUN",
+                        help="an evaluation run of that adapter made apart from the rounds (repeatable)")
+    parser.add_argument("--command", action="append", default=[],
+                        help="the command that made such a run, for the card (repeatable)")
+    args = parser.parse_args()
+    settings = read_settings(args.rounds)
+    folder = args.rounds / f"round-{settings.rounds if args.round is None else args.round}"
+    seed = json.loads((args.rounds / "round-0" / "model" / MODEL_CARD).read_text()).get("commands", [])
+    commands = [*(["# round 0: the adapter these commands made and measured", *seed, "# then, from it:"] if seed else []),
+                rounds_command(settings, args.rounds), *args.command]
+    runs = [*(folder / f"eval-{games.replace(':', '-')}" for games in settings.eval_sets), *args.eval]
+    print(f"shipped: {ship_adapter(folder / 'model', commands, runs)}")
+
+
+if __name__ == "__main__":
+    main()
