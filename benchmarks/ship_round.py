@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sparse_react.ablation import ship_adapter
 from sparse_react.cards import MODEL_CARD
-from sparse_react.rounds import read_settings, rounds_command
+from sparse_react.rounds import eval_run, read_settings, rounds_command
 
 
 def main() -> None:
@@ -34,7 +34,7 @@ def main() -> None:
     seed = json.loads((args.rounds / "round-0" / "model" / MODEL_CARD).read_text()).get("commands", [])
     commands = [*(["# round 0: the adapter these commands made and measured", *seed, "# then, from it:"] if seed else []),
                 rounds_command(settings, args.rounds), *args.command]
-    runs = [*(folder / f"eval-{games.replace(':', '-')}" for games in settings.eval_sets), *args.eval]
+    runs = [*(eval_run(folder, games) for games in settings.eval_sets), *args.eval]
     print(f"shipped: {ship_adapter(folder / 'model', commands, runs)}")
 
 

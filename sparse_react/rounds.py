@@ -161,11 +161,12 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
                        *(["--base", settings.base] if settings.base else []), *start],
                       done=(model / MODEL_CARD).is_file())
         for games in settings.eval_sets:
+            run = eval_run(folder, games)
             steps.run(["eval", "--games", games, "--model", str(model), "--rhythms", settings.rhythm,
                        "--max-steps", str(settings.max_steps), "--batch", str(settings.batch),
                        *(["--limit", str(settings.eval_limit)] if settings.eval_limit else []),
-                       "--out", str(folder / f"eval-{games.replace(':', '-')}")],
-                      done=_finished(folder / f"eval-{games.replace(':', '-')}", games, settings.eval_limit))
+                       "--out", str(run)],
+                      done=_finished(run, games, settings.eval_limit))
     path = out / "rounds.md"
     path.write_text(rounds_markdown(out, settings, steps.commands))
     return path
@@ -199,6 +200,11 @@ def _copy_once(source: Path, path: Path) -> None:
         os.replace(partial, path)
 
 
+def eval_run(folder: Path, games: str) -> Path:
+    """A round's evaluation run folder for one set of games."""
+    return folder / f"eval-{games.replace(':', '-')}"
+
+
 def _finished(run: Path, games: str, limit: int | None) -> bool:
     """Whether an evaluation run folder holds all its episodes (an unfinished one resumes when run again)."""
     if not (run / SETTINGS_FILE).is_file() or not (run / EPISODES_FILE).is_file():
@@ -216,7 +222,7 @@ def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]
         card = json.loads((folder / "model" / MODEL_CARD).read_text())
         new = folder / "new.jsonl"
         for games in settings.eval_sets:
-            run = folder / f"eval-{games.replace(':', '-')}"
+            run = eval_run(folder, games)
             ((label, episodes),) = load_runs([run])
             stats = group_stats(label, label, episodes)
             packed = card.get("rows", card["examples"]) != card["examples"]
