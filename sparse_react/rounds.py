@@ -120,6 +120,7 @@ def rounds_command(settings: RoundsSettings, out: Path) -> str:
             args += [flag, ",".join(value) if isinstance(value, tuple) else str(value)]
     return "sparse-react " + shlex.join([*args, "--out", str(out)])
 
+
 def run_rounds(settings: RoundsSettings, out: Path) -> Path:
     """Run (or resume) every round into `out`; returns the path of the table `rounds.md`."""
     settings.check()
