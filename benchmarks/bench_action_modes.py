@@ -9,8 +9,9 @@ that continue an admissible command (a few one-token passes). An arm `MODE:nodra
 thought one token per pass instead of checking drafted tokens (the same text either way); `MODE:stock`
 attends with transformers' own SDPA attention, which copies the key/value cache once per query head
 (`sparse_react.policies.attention`; the same numbers either way); `MODE:nokeep` encodes each chosen line
-again the next turn instead of keeping what was fed while choosing or writing it. Options combine
-(`scored:full:nokeep`).
+again the next turn instead of keeping what was fed while choosing or writing it; `MODE:padded`
+attends over the whole padded batch instead of each row over its own columns
+(`sparse_react.policies.attention.ragged_rows`). Options combine (`scored:full:nokeep`).
 The last column says whether an arm wrote the same lines as the first arm of its mode. Whole
 episodes with the 50-step budget, 16 decided together, as `sparse-react eval` plays them.
 
@@ -50,7 +51,7 @@ def main() -> None:
         mode, *options = arm.split(":")
         prune = False if "full" in options else True if "best" in options else None
         policy = HFPolicy(loaded=loaded, action_mode=mode, drafts="nodrafts" not in options, prune=prune,
-                          keep_lines="nokeep" not in options)
+                          keep_lines="nokeep" not in options, ragged="padded" not in options)
         loaded.model.set_attn_implementation("sdpa" if "stock" in options else GROUPED_SDPA)
         started = time.perf_counter()
         episodes = evaluate(games, policy, args.rhythm, progress=False, batch=args.batch)

@@ -222,16 +222,19 @@ def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]
         folder = out / f"round-{k}"
         card = json.loads((folder / "model" / MODEL_CARD).read_text())
         new = folder / "new.jsonl"
+        packed = card.get("rows", card["examples"]) != card["examples"]
+        trained = [str(k), f"{card['examples']}" + (f" ({card['rows']} rows)" if packed else ""),
+                   str(len(new.read_text().splitlines())) if new.is_file() else "seed",
+                   f"{thought_share(new if new.is_file() else folder / 'data.jsonl'):.0%}",
+                   f"{card['seconds_this_run'] / 60:.1f}", f"{card['last_loss']}"]
+        if not settings.eval_sets:  # evaluated apart, if at all: the round's data and training still get a row
+            rows.append([*trained, "—", *("—" for _ in COLUMNS), "—"])
         for games in settings.eval_sets:
             run = eval_run(folder, games)
             ((label, episodes),) = load_runs([run])
             stats = group_stats(label, label, episodes)
-            packed = card.get("rows", card["examples"]) != card["examples"]
-            rows.append([str(k), f"{card['examples']}" + (f" ({card['rows']} rows)" if packed else ""),
-                         str(len(new.read_text().splitlines())) if new.is_file() else "seed",
-                         f"{thought_share(new if new.is_file() else folder / 'data.jsonl'):.0%}",
-                         f"{card['seconds_this_run'] / 60:.1f}", f"{card['last_loss']}", games,
-                         *(f"{stats.wins[c]}/{stats.games[c]}" for c in COLUMNS), f"{stats.thought_density:.0%}"])
+            rows.append([*trained, games, *(f"{stats.wins[c]}/{stats.games[c]}" for c in COLUMNS),
+                         f"{stats.thought_density:.0%}"])
             won[k, games] = {e.game_name: e.won for e in episodes}
             if k:
                 c = PairedComparison.of(f"round {k - 1}", f"round {k}", won[k - 1, games], won[k, games])

@@ -170,6 +170,43 @@ def test_grouped_attention_computes_what_transformers_sdpa_computes(env, bundled
     assert ran[GROUPED_SDPA, "lines"] == ran["sdpa", "lines"]
 
 
+def test_ragged_rows_attend_as_the_padded_batch_does(env, bundled_unseen, tiny):
+    """Each row attending alone over its own columns gives the padded batch's logits at every real
+    position, and the same lines in batched episodes."""
+    from sparse_react.policies.attention import ragged_rows
+
+    _, loaded = tiny
+    model = loaded.model
+    ids = torch.randint(5, model.config.vocab_size, (2, 12))
+    allowed = torch.ones(12, 12, dtype=torch.bool).tril().repeat(2, 1, 1)
+    allowed[0, :, :3] = False  # left padding: row 0's text starts at column 3
+    allowed[1, 8:, 6:8] = False  # a tree: two branches that do not see each other
+    mask = torch.zeros(2, 1, 12, 12).masked_fill_(~allowed[:, None], torch.finfo(torch.float32).min)
+    with torch.no_grad():
+        padded = model(input_ids=ids, attention_mask=mask).logits
+        with ragged_rows([3, 0], [(3, 12), (0, 12)]):
+            ragged = model(input_ids=ids, attention_mask=mask).logits
+        with ragged_rows([3, 0], [(3, 12), (0, 10)]):  # row 1's last two tokens as padding: zeros there
+            short = model(input_ids=ids, attention_mask=mask).logits
+    assert torch.allclose(ragged[:, 3:], padded[:, 3:], atol=1e-5)
+    assert torch.allclose(short[1, :10], padded[1, :10], atol=1e-5) and not torch.allclose(short[1, 10:], padded[1, 10:])
+    runs = _same_lines_either_way(loaded, bundled_unseen[:4], "ragged", max_thought_tokens=4)
+    assert runs[True][1]["forward_calls"] == runs[False][1]["forward_calls"]
+
+    from sparse_react.policies.hf import _Batch
+
+    texts = [torch.randint(5, model.config.vocab_size, (n,)).tolist() for n in (5, 9, 7)]
+    after = {}
+    for ragged in (False, True):  # three cached episodes of different lengths; two of them catch up together
+        policy = HFPolicy(loaded=loaded, ragged=ragged)
+        streams = [policy._new_stream() for _ in texts]
+        for stream, ids in zip(streams, texts):
+            policy._catch_up(_Batch(policy, [stream]), {0: ids})
+        policy._catch_up(_Batch(policy, streams), {0: texts[0] + [7, 8, 9], 2: texts[2] + [10]})
+        after[ragged] = [s.logprobs for s in streams]
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(after[False], after[True]))
+
+
 def _same_lines_either_way(loaded, games, option: str, **settings) -> dict:
     """Play `games` (sparse and dense) with the HF policy's boolean `option` off and on; the lines must
     be the same, with no full re-encode. Returns each run's stats."""

