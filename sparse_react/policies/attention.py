@@ -10,8 +10,8 @@ kernel takes the mask and the groups together (`enable_gqa`): same numbers, less
 A batch of episodes is padded: each row's cache is left-padded to the longest row's, and each
 row's new tokens to the widest row's. Inside `ragged_rows`, each row attends on its own, with its
 real queries over its own columns only (from its first unmasked one): the padding the mask hides
-is never read, which on a CPU is most of a short pass's time (the cache is read once per layer,
-per row). Padding queries get zeros; their keys and values sit in columns every mask hides.
+is never read or computed (a short pass with 16 long rows spends most of its attention time reading
+the cache). Padding queries get zeros; their keys and values sit in columns every mask hides.
 """
 
 from __future__ import annotations
