@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from sparse_react.ablation import ship_adapter
+from sparse_react.bundled import ADAPTERS_DIR
 from sparse_react.cards import MODEL_CARD
 from sparse_react.rounds import eval_run, read_settings, rounds_command
 
@@ -32,7 +33,10 @@ def main() -> None:
     settings = read_settings(args.rounds)
     folder = args.rounds / f"round-{settings.rounds if args.round is None else args.round}"
     seed = json.loads((args.rounds / "round-0" / "model" / MODEL_CARD).read_text()).get("commands", [])
-    commands = [*(["# round 0: the adapter these commands made and measured", *seed, "# then, from it:"] if seed else []),
+    replaced = bool(settings.seed_model) and Path(settings.seed_model).resolve() == (ADAPTERS_DIR / settings.rhythm).resolve()
+    commands = [*([f"# round 0 of {args.rounds}: the adapter these commands made and measured", *seed, "# then, from it:"]
+                  if seed else []),
+                *([f"# (--seed-model {settings.seed_model} held that adapter then; this one replaced it there)"] if replaced else []),
                 rounds_command(settings, args.rounds), *args.command]
     runs = [*(eval_run(folder, games) for games in settings.eval_sets), *args.eval]
     print(f"shipped: {ship_adapter(folder / 'model', commands, runs)}")
