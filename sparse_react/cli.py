@@ -404,6 +404,9 @@ def relabel(
     replan_detours: bool = typer.Option(False, "--replan-detours", help="Label the state after every detour with a "
                                         "thought re-planning from there (by default only the plan, a surprise, a "
                                         "subgoal done and a false claim get a thought)."),
+    corrections_only: bool = typer.Option(False, "--corrections-only", help="Keep only the states where the label "
+                                          "corrects the agent: not a thought in other words, not another unvisited "
+                                          "place to search."),
     exclude: Optional[str] = typer.Option(None, help="Comma-separated evaluation sets whose games may not be "
                                                      "relabelled (default: valid_unseen, valid_seen, alfworld:valid_*)."),
 ) -> None:
@@ -413,7 +416,7 @@ def relabel(
     from sparse_react.relabel import relabel_runs
 
     sets = [e.strip() for e in exclude.split(",") if e.strip()] if exclude is not None else DEFAULT_EVAL_SETS
-    summary = relabel_runs(runs, out, sets, lost_only, replan_detours)
+    summary = relabel_runs(runs, out, sets, lost_only, replan_detours, corrections_only)
     typer.echo(f"wrote {summary.examples} examples from {summary.episodes} episodes to {summary.path}")
     for problem in summary.unlabelled:
         typer.echo(f"not relabelled: {problem}", err=True)
@@ -496,6 +499,8 @@ def rounds(
                                                          "a shipped adapter): copied instead of trained."),
     replan_detours: bool = typer.Option(False, "--replan-detours", help="With the dagger arm: relabel with a "
                                         "re-planning thought after every detour (`relabel --replan-detours`)."),
+    corrections_only: bool = typer.Option(False, "--corrections-only", help="With the dagger arm: keep only the "
+                                          "states where the label corrects the model (`relabel --corrections-only`)."),
 ) -> None:
     """Learn from the model's own play: play, relabel (or keep the wins), retrain, evaluate, round after round."""
     from sparse_react.rhythms import get_rhythm
@@ -505,7 +510,7 @@ def rounds(
                               train_task_types, tuple(s.strip() for s in eval_sets.split(",") if s.strip()),
                               eval_limit, max_steps, base, train_steps, learning_rate, lora_rank, max_length, batch,
                               train_filter=train_filter, seed_model=str(seed_model) if seed_model else None,
-                              replan_detours=replan_detours)
+                              replan_detours=replan_detours, corrections_only=corrections_only)
     path = run_rounds(settings, out)
     typer.echo(path.read_text())
 

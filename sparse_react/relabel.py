@@ -21,13 +21,14 @@ from sparse_react.errors import UserError
 from sparse_react.export import (DATA_FORMAT, DEFAULT_EVAL_SETS, _refuse_leaks, episode_messages, eval_games, game_digest,
                                  in_game_order)
 from sparse_react.games.catalog import BUNDLED_SPLITS, GameRef, GameSetError, alfworld_data_dir, bundled_games_dir, game_ref
-from sparse_react.lines import THOUGHT_REPLY, Kind, thought_line
+from sparse_react.lines import THOUGHT_REPLY, Kind, is_thought, thought_line
 from sparse_react.policies.expert import ExpertError, Label, RelabellingExpertPolicy
 from sparse_react.report import load_runs
 from sparse_react.resume import ReplayPolicy
 from sparse_react.trajectory import Entry, Episode, RecordError
 
 RELABEL_POLICY = RelabellingExpertPolicy.name
+GO_TO = "go to "
 
 
 class RelabelError(UserError, ValueError):
@@ -152,6 +153,23 @@ def hand_over(episode: Episode, step: int, game: GameRef | None = None, budget: 
     return handed
 
 
+def corrections(episode: Episode, states: Sequence[RelabelledState]) -> list[RelabelledState]:
+    """The states where the label corrects the agent rather than differing in taste: not two
+    thoughts in other words, and not two ways to go on searching (both lines going to places the
+    episode has not been to yet, which the expert chooses among by likelihood, not by knowledge).
+    A return to a place seen before, a thought where it acted, an action where it went on are kept."""
+    kept = []
+    for state in states:
+        seen = {entry.text for entry in episode.entries[: state.step - 1] if entry.text.startswith(GO_TO)}
+        label = state.lines[0]
+        if state.recorded == label or (is_thought(state.recorded) and is_thought(label)):
+            continue
+        if state.recorded.startswith(GO_TO) and label.startswith(GO_TO) and not {state.recorded, label} & seen:
+            continue
+        kept.append(state)
+    return kept
+
+
 def relabelled_examples(episode: Episode, states: Sequence[RelabelledState], run: str = "") -> list[dict]:
     """One training example per state, in `export`'s format: the episode's messages up to the
     state (its assistant lines marked `"train": false`), then the label's lines."""
@@ -181,9 +199,11 @@ class RelabelSummary:
 
 
 def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAULT_EVAL_SETS,
-                 lost_only: bool = False, replan_detours: bool = False) -> RelabelSummary:
+                 lost_only: bool = False, replan_detours: bool = False,
+                 corrections_only: bool = False) -> RelabelSummary:
     """Relabel every state of every episode of `runs` (run folders or episode files) into `out`
-    (JSON lines of training examples). Refuses evaluation games like `export` does."""
+    (JSON lines of training examples), or only the states where the label corrects the agent
+    (`corrections_only`, see `corrections`). Refuses evaluation games like `export` does."""
     episodes = [(label, e) for label, eps in load_runs(runs) for e in in_game_order(eps) if not (lost_only and e.won)]
     _refuse_leaks([e for _, e in episodes], eval_games(exclude), exclude)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -195,6 +215,8 @@ def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAU
             except (RelabelError, ExpertError) as exc:
                 unlabelled.append(f"{episode.settings.get('game_name', episode.game)}: {exc}")
                 continue
+            if corrections_only:
+                states = corrections(episode, states)
             for example in relabelled_examples(episode, states, label):
                 handle.write(json.dumps(example) + "\n")
                 written += 1

@@ -68,12 +68,16 @@ class RoundsSettings:
     train_filter: str | None = None  # only train games whose name matches this regex; `{round}` becomes the round's number
     seed_model: str | None = None  # round 0's model when it is already trained on the seed data (copied, not trained)
     replan_detours: bool = False  # dagger: a re-planning thought after every detour (`relabel --replan-detours`)
+    corrections_only: bool = False  # dagger: only the states where the label corrects the model
 
     def check(self) -> None:
         if self.arm not in ARMS:
             raise RoundsError(f"unknown arm {self.arm!r}; one of {', '.join(ARMS)}")
         if self.retrain not in RETRAIN:
             raise RoundsError(f"unknown retrain {self.retrain!r}; one of {', '.join(RETRAIN)}")
+        if (self.replan_detours or self.corrections_only) and self.arm != "dagger":
+            raise RoundsError("replan_detours and corrections_only change how the dagger arm relabels; "
+                              f"the {self.arm} arm relabels nothing")
         if self.rounds < 0:
             raise RoundsError(f"rounds must be 0 or more, not {self.rounds}")
         if not Path(self.seed_data).is_file():
@@ -146,7 +150,8 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
                 new.write_text("")  # nothing won, nothing to keep: export would refuse to write nothing
             else:
                 if settings.arm == "dagger":
-                    verb = ["relabel", str(play), *(["--replan-detours"] if settings.replan_detours else [])]
+                    verb = ["relabel", str(play), *(["--replan-detours"] if settings.replan_detours else []),
+                            *(["--corrections-only"] if settings.corrections_only else [])]
                 else:
                     verb = ["export", str(play), "--rhythm", settings.rhythm]
                 steps.run([*verb, "--out", str(new)], done=data.is_file())

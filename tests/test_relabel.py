@@ -19,7 +19,7 @@ from sparse_react.export import episode_messages
 from sparse_react.lines import Kind
 from sparse_react.policies.expert import Label
 from sparse_react.policies.scripted import ScriptedPolicy
-from sparse_react.relabel import RelabelError, hand_over, relabel_episode, relabelled_examples, relabel_runs
+from sparse_react.relabel import RelabelError, corrections, hand_over, relabel_episode, relabelled_examples, relabel_runs
 from sparse_react.trajectory import Episode, read_episodes
 from checks import assert_never_walks_to_hidden_objects
 
@@ -281,3 +281,22 @@ def test_relabelling_many_states_loads_the_planner_library_once(episodes):
         relabel_episode(episode)
         hand_over(episode, 25)
     assert copies() == before
+
+
+def test_corrections_are_the_states_where_the_label_differs_in_more_than_taste(labelled, tmp_path):
+    """In lost cycling episodes the expert corrects returns to searched places and missed steps; two
+    thoughts in other words, or two unvisited places to search next, are not corrections;
+    `--corrections-only` writes just the corrections."""
+    found = [(e, s, corrections(e, s)) for e, s in labelled]
+    kept = [s for _, _, c in found for s in c]
+    assert 0 < len(kept) < sum(len(s) for _, s, _ in found)
+    for episode, states, chosen in found:
+        for state in states:
+            visited = {e.text for e in episode.entries[: state.step - 1] if e.text.startswith("go to ")}
+            taste = state.recorded == state.lines[0] or all(l.startswith("think:") for l in (state.recorded, state.lines[0])) \
+                or all(l.startswith("go to ") and l not in visited for l in (state.recorded, state.lines[0]))
+            assert (state in chosen) is not taste, (episode.settings["game_name"], state)
+    assert any(s.recorded.startswith("go to ") and s.lines[0].startswith("go to ") for s in kept)  # a return
+    summary = relabel_runs([DATA], tmp_path / "corrections.jsonl", exclude=(), corrections_only=True)
+    rows = [json.loads(line) for line in summary.path.read_text().splitlines()]
+    assert summary.examples == len(rows) == len(kept) and not any(row["agreed"] for row in rows)

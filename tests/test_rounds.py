@@ -24,8 +24,10 @@ from sparse_react.export import export  # noqa: E402
 from sparse_react.games.catalog import find_games  # noqa: E402
 from sparse_react.policies.expert import SearchingExpertPolicy  # noqa: E402
 from sparse_react.policies.hf import load_model  # noqa: E402
+from sparse_react.relabel import corrections, relabel_episode  # noqa: E402
 from sparse_react.rounds import (  # noqa: E402
     RoundsError, RoundsSettings, read_settings, rounds_command, rounds_markdown, run_rounds)
+from sparse_react.trajectory import read_episodes  # noqa: E402
 from tiny import tiny_model  # noqa: E402
 
 
@@ -134,6 +136,20 @@ def test_bootstrap_and_continued_training_run_a_round_from_a_seed_model(toy, see
     assert made["continued_from"]["steps"] == seed_card["steps"] and made["steps"] == 2
     assert made["results"]["valid_unseen"]["All"][1] == 2 and made["commands"] == [line]
     assert "training on from an adapter trained 2 optimizer steps" in (shipped / "README.md").read_text()
+
+
+def test_a_corrections_only_round_trains_on_the_states_the_expert_corrects(toy, seed_model):
+    out = toy / "corrections"
+    run_rounds(settings(toy, rounds=1, retrain="continue", seed_model=str(seed_model), corrections_only=True,
+                        train_filter="Newspaper", eval_sets=()), out)
+    kept = [s for e in read_episodes(out / "round-1" / "play" / "episodes.jsonl") for s in corrections(e, relabel_episode(e))]
+    new = [json.loads(line) for line in (out / "round-1" / "new.jsonl").read_text().splitlines()]
+    assert [e["state_step"] for e in new] == [s.step for s in kept]
+    assert not any(example["agreed"] for example in new)
+    assert lines(out / "round-1" / "data.jsonl") == lines(out / "round-0" / "data.jsonl") + len(new)
+    assert "--corrections-only" in rounds_command(read_settings(out), out)
+    with pytest.raises(RoundsError, match="bootstrap arm relabels nothing"):
+        settings(toy, arm="bootstrap", corrections_only=True).check()
 
 
 def test_a_seed_model_trained_on_other_data_is_refused(toy, seed_model, tmp_path):
