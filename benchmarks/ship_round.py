@@ -34,7 +34,7 @@ def main() -> None:
     folder = args.rounds / f"round-{settings.rounds if args.round is None else args.round}"
     seed = json.loads((args.rounds / "round-0" / "model" / MODEL_CARD).read_text()).get("commands", [])
     replaced = bool(settings.seed_model) and Path(settings.seed_model).resolve() == (ADAPTERS_DIR / settings.rhythm).resolve()
-    commands = [*([f"# round 0 of {args.rounds}: the adapter these commands made and measured", *seed, "# then, from it:"]
+    commands = [*([f"# round 0 of {args.rounds} was made and measured by these commands:", *seed, "# then, from it:"]
                   if seed else []),
                 *([f"# (--seed-model {settings.seed_model} held that adapter then; this one replaced it there)"] if replaced else []),
                 rounds_command(settings, args.rounds), *args.command]
