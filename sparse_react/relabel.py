@@ -157,7 +157,7 @@ def corrections(episode: Episode, states: Sequence[RelabelledState]) -> list[Rel
     """The states where the label corrects the agent rather than differing in taste: not two
     thoughts in other words, and not two ways to go on searching (both lines going to places the
     episode has not been to yet, which the expert chooses among by likelihood, not by knowledge).
-    A return to a place seen before, a thought where it acted, an action where it went on are kept."""
+    Kept: a return to a place seen before, an action the agent walked past, a thought where it acted."""
     kept = []
     for state in states:
         seen = {entry.text for entry in episode.entries[: state.step - 1] if entry.text.startswith(GO_TO)}
