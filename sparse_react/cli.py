@@ -476,11 +476,13 @@ def rounds(
     out: Path = typer.Option(..., help="The folder of every round; rerun the same command to resume."),
     rhythm: str = typer.Option("sparse", help="sparse, dense, im or act."),
     count: int = typer.Option(2, "--rounds", min=0, help="Rounds after round 0."),
-    arm: str = typer.Option("dagger", help="dagger (the relabelling expert labels every state the model reached) or "
-                                           "bootstrap (the model's own won episodes)."),
+    arm: str = typer.Option("dagger", help="dagger (the relabelling expert labels every state the model reached), "
+                                           "bootstrap (the model's own won episodes) or expert (the searching "
+                                           "expert's won episodes on the train games, e.g. generated ones)."),
     retrain: str = typer.Option("base", help="base (train each round from the base) or continue (from the last "
                                              "round's adapter)."),
-    train_games: str = typer.Option("alfworld:train", help="The games the model plays each round."),
+    train_games: str = typer.Option("alfworld:train", help="The games the model (the expert arm: the searching "
+                                                           "expert) plays each round."),
     train_limit: Optional[int] = typer.Option(None, min=1, help="Only the first N train games."),
     train_task_types: Optional[str] = typer.Option(None, help="Comma-separated task types of the train games."),
     train_filter: Optional[str] = typer.Option(None, help="Only train games whose name matches this regular "
@@ -501,6 +503,9 @@ def rounds(
                                         "re-planning thought after every detour (`relabel --replan-detours`)."),
     corrections_only: bool = typer.Option(False, "--corrections-only", help="With the dagger arm: keep only the "
                                           "states where the label corrects the model (`relabel --corrections-only`)."),
+    replay: Optional[int] = typer.Option(None, min=0, help="Train each round on its new data and this many examples "
+                                                           "drawn (a fixed draw) from the last round's data, instead of "
+                                                           "on all of both."),
 ) -> None:
     """Learn from the model's own play: play, relabel (or keep the wins), retrain, evaluate, round after round."""
     from sparse_react.rhythms import get_rhythm
@@ -510,7 +515,7 @@ def rounds(
                               train_task_types, tuple(s.strip() for s in eval_sets.split(",") if s.strip()),
                               eval_limit, max_steps, base, train_steps, learning_rate, lora_rank, max_length, batch,
                               train_filter=train_filter, seed_model=str(seed_model) if seed_model else None,
-                              replan_detours=replan_detours, corrections_only=corrections_only)
+                              replan_detours=replan_detours, corrections_only=corrections_only, replay=replay)
     path = run_rounds(settings, out)
     typer.echo(path.read_text())
 

@@ -3,10 +3,13 @@ searching expert's won episodes), or copies one already trained on it (`seed_mod
 round plays the last round's model on train games, turns what it did into new data, adds it to the
 last round's data, trains again and evaluates.
 
-Two arms: `dagger` relabels every state the model reached with the line the relabelling expert
+Three arms: `dagger` relabels every state the model reached with the line the relabelling expert
 writes there (`sparse-react relabel`: DAgger's aggregation); `bootstrap` keeps the model's own won
-episodes (`sparse-react export`: the paper's bootstrap). Each round trains either from the base
-(`retrain="base"`) or on from the last round's adapter (`"continue"`).
+episodes (`sparse-react export`: the paper's bootstrap); `expert` has the searching expert play the
+train games instead of the model and keeps its won episodes (new data where the model's play cannot
+make any, e.g. generated games of a kind the seed data lacks). Each round trains either from the
+base (`retrain="base"`) or on from the last round's adapter (`"continue"`), on the last round's data
+with the new added, or (`replay=N`) on the new data with N examples drawn from the last round's.
 
 One folder holds everything: `rounds.json` (the settings; a rerun with others is refused),
 `round-K/` with `play/` (the run folder of the games played, K ≥ 1), `new.jsonl`, `data.jsonl`,
@@ -20,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import shlex
 import shutil
 from dataclasses import asdict, dataclass, fields
@@ -35,7 +39,7 @@ from sparse_react.report import COLUMNS, PairedComparison, group_stats, load_run
 from sparse_react.steps import Steps
 from sparse_react.trajectory import EPISODES_FILE, read_episodes
 
-ARMS = ("dagger", "bootstrap")
+ARMS = ("dagger", "bootstrap", "expert")
 RETRAIN = ("base", "continue")
 SETTINGS = "rounds.json"
 
@@ -69,6 +73,7 @@ class RoundsSettings:
     seed_model: str | None = None  # round 0's model when it is already trained on the seed data (copied, not trained)
     replan_detours: bool = False  # dagger: a re-planning thought after every detour (`relabel --replan-detours`)
     corrections_only: bool = False  # dagger: only the states where the label corrects the model
+    replay: int | None = None  # a round's data: its new data and this many of the last round's examples (None: all)
 
     def check(self) -> None:
         if self.arm not in ARMS:
@@ -78,6 +83,8 @@ class RoundsSettings:
         if (self.replan_detours or self.corrections_only) and self.arm != "dagger":
             raise RoundsError("replan_detours and corrections_only change how the dagger arm relabels; "
                               f"the {self.arm} arm relabels nothing")
+        if self.replay is not None and self.replay < 0:
+            raise RoundsError(f"replay must be 0 or more examples, not {self.replay}")
         if self.rounds < 0:
             raise RoundsError(f"rounds must be 0 or more, not {self.rounds}")
         if not Path(self.seed_data).is_file():
@@ -142,11 +149,12 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
             selection = [*(["--limit", str(settings.train_limit)] if settings.train_limit else []),
                          *(["--task-types", settings.train_task_types] if settings.train_task_types else []),
                          *(["--filter", settings.train_filter.replace("{round}", str(k))] if settings.train_filter else [])]
-            steps.run(["eval", "--games", settings.train_games, *selection, "--model", str(last / "model"),
+            player = ["--policy", "search-expert"] if settings.arm == "expert" else ["--model", str(last / "model")]
+            steps.run(["eval", "--games", settings.train_games, *selection, *player,
                        "--rhythms", settings.rhythm, "--max-steps", str(settings.max_steps),
                        "--batch", str(settings.batch), "--out", str(play)], done=data.is_file())
             new = folder / "new.jsonl"
-            if settings.arm == "bootstrap" and not data.is_file() and not any(e.won for e in read_episodes(play / EPISODES_FILE)):
+            if settings.arm != "dagger" and not data.is_file() and not any(e.won for e in read_episodes(play / EPISODES_FILE)):
                 new.write_text("")  # nothing won, nothing to keep: export would refuse to write nothing
             else:
                 if settings.arm == "dagger":
@@ -155,7 +163,7 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
                 else:
                     verb = ["export", str(play), "--rhythm", settings.rhythm]
                 steps.run([*verb, "--out", str(new)], done=data.is_file())
-            _write_once(data, (last / "data.jsonl").read_bytes() + new.read_bytes())
+            _write_once(data, _aggregate(last / "data.jsonl", new, settings.replay))
         model = folder / "model"
         if k == 0 and settings.seed_model:
             _copy_once(Path(settings.seed_model), model)
@@ -178,11 +186,22 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
     return path
 
 
+def _aggregate(last: Path, new: Path, replay: int | None) -> bytes:
+    """A round's data: the last round's with the new added, or the new with `replay` of the last
+    round's examples drawn at random (a fixed draw, so a rerun writes the same bytes)."""
+    if replay is None:
+        return last.read_bytes() + new.read_bytes()
+    earlier = last.read_bytes().splitlines(keepends=True)
+    random.Random(0).shuffle(earlier)
+    return new.read_bytes() + b"".join(earlier[:replay])
+
+
 def _open(out: Path, settings: RoundsSettings) -> None:
     out.mkdir(parents=True, exist_ok=True)
     path, wanted = out / SETTINGS, json.loads(json.dumps(asdict(settings)))
     if path.exists():
-        stored = json.loads(path.read_text())
+        # A setting added after the folder was made was at its default then.
+        stored = {**json.loads(json.dumps(asdict(RoundsSettings("", "")))), **json.loads(path.read_text())}
         changed = sorted(k for k in set(stored) | set(wanted) if k != "rounds" and stored.get(k) != wanted.get(k))
         if changed:
             raise RoundsError(f"{out} holds rounds with other settings ({', '.join(changed)}); use another --out")

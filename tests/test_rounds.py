@@ -159,3 +159,28 @@ def test_a_seed_model_trained_on_other_data_is_refused(toy, seed_model, tmp_path
         run_rounds(settings(toy, seed_data=str(other), seed_model=str(seed_model)), tmp_path / "r")
     with pytest.raises(RoundsError, match="has no sparse_react.json"):
         run_rounds(settings(toy, seed_model=str(tmp_path)), tmp_path / "r")
+
+
+def test_an_expert_round_on_generated_games_trains_on_its_wins_and_a_fixed_draw_of_the_last_data(toy, seed_model):
+    games = toy / "generated"
+    made = CliRunner().invoke(app, ["games", "generate", "--out", str(games), "--count", "2", "--seed", "7",
+                                    "--task-types", "look_at_obj_in_light", "--split", "train"])
+    assert made.exit_code == 0, made.output
+    out = toy / "expert"
+    chosen = settings(toy, rounds=1, arm="expert", retrain="continue", seed_model=str(seed_model), train_games=str(games),
+                      train_limit=None, max_steps=50, replay=1, eval_sets=())
+    run_rounds(chosen, out)
+    played = read_episodes(out / "round-1" / "play" / "episodes.jsonl")
+    assert len(played) == 2 and all(e.won and e.policy == "search-expert" for e in played)
+    new = (out / "round-1" / "new.jsonl").read_text().splitlines(keepends=True)
+    data = (out / "round-1" / "data.jsonl").read_text().splitlines(keepends=True)
+    assert len(new) == 2 and data[:2] == new and len(data) == 3
+    assert data[2] in (out / "round-0" / "data.jsonl").read_text().splitlines(keepends=True)
+    assert "--arm expert" in (line := rounds_command(read_settings(out), out)) and "--replay 1" in line
+
+    stored = json.loads((out / "rounds.json").read_text())
+    del stored["corrections_only"]  # as in a folder made before that setting existed
+    (out / "rounds.json").write_text(json.dumps(stored))
+    run_rounds(chosen, out)  # a setting the folder does not name was at its default: the folder resumes
+    with pytest.raises(RoundsError, match="replay must be 0 or more"):
+        replace(chosen, replay=-1).check()
