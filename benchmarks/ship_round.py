@@ -2,7 +2,8 @@
 
 Copies round K's adapter (default: the last round) into `sparse_react/adapters/<rhythm>/`, where
 `--policy hf` finds it, with a card: the commands that made it (round 0's own, when round 0 was a
-copied seed model, then the `rounds` command that resumes the folder), where its training data came
+copied seed model, or those of the shipped adapter with round 0's very weights; then the `rounds`
+command that resumes the folder), where its training data came
 from, the training it continued, and the results of the round's evaluations and of any evaluation
 run of it made apart (`--eval RUN --command "sparse-react eval ..."`); and a README. Commands that
 made the rounds' inputs (`--before "sparse-react games generate ..."`) go before the `rounds` command.
@@ -13,13 +14,25 @@ made the rounds' inputs (`--before "sparse-react games generate ..."`) go before
 from __future__ import annotations
 
 import argparse
+import filecmp
 import json
 from pathlib import Path
 
 from sparse_react.ablation import ship_adapter
 from sparse_react.bundled import ADAPTERS_DIR
-from sparse_react.cards import MODEL_CARD
+from sparse_react.cards import ADAPTER_WEIGHTS, MODEL_CARD
 from sparse_react.rounds import eval_run, read_settings, rounds_command
+
+
+def seed_commands(round0: Path, rhythm: str) -> list[str]:
+    """The commands that made round 0's model: its card's, or, when it was copied from a training run
+    whose card has none, those of the shipped adapter that holds the same weights byte for byte."""
+    commands = json.loads((round0 / MODEL_CARD).read_text()).get("commands", [])
+    shipped = ADAPTERS_DIR / rhythm
+    if not commands and (shipped / ADAPTER_WEIGHTS).is_file() and filecmp.cmp(
+            shipped / ADAPTER_WEIGHTS, round0 / ADAPTER_WEIGHTS, shallow=False):
+        commands = json.loads((shipped / MODEL_CARD).read_text()).get("commands", [])
+    return commands
 
 
 def main() -> None:
@@ -35,7 +48,7 @@ def main() -> None:
     args = parser.parse_args()
     settings = read_settings(args.rounds)
     folder = args.rounds / f"round-{settings.rounds if args.round is None else args.round}"
-    seed = json.loads((args.rounds / "round-0" / "model" / MODEL_CARD).read_text()).get("commands", [])
+    seed = seed_commands(args.rounds / "round-0" / "model", settings.rhythm)
     replaced = bool(settings.seed_model) and Path(settings.seed_model).resolve() == (ADAPTERS_DIR / settings.rhythm).resolve()
     commands = [*([f"# round 0 of {args.rounds} was made and measured by these commands:", *seed, "# then, from it:"]
                   if seed else []),
