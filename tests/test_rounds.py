@@ -184,3 +184,25 @@ def test_an_expert_round_on_generated_games_trains_on_its_wins_and_a_fixed_draw_
     run_rounds(chosen, out)  # a setting the folder does not name was at its default: the folder resumes
     with pytest.raises(RoundsError, match="replay must be 0 or more"):
         replace(chosen, replay=-1).check()
+
+
+def test_ship_round_takes_round_0s_commands_from_the_shipped_adapter_with_its_weights(tmp_path):
+    import importlib.util
+
+    from sparse_react.bundled import ADAPTERS_DIR
+    from sparse_react.cards import ADAPTER_WEIGHTS, MODEL_CARD
+
+    script = ADAPTERS_DIR.parents[1] / "benchmarks" / "ship_round.py"
+    if not script.is_file() or not (ADAPTERS_DIR / "sparse" / ADAPTER_WEIGHTS).is_file():
+        pytest.skip("needs a source checkout with a shipped sparse adapter")
+    spec = importlib.util.spec_from_file_location("ship_round", script)
+    ship_round = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship_round)
+    shipped = json.loads((ADAPTERS_DIR / "sparse" / MODEL_CARD).read_text())
+    copy = tmp_path / "round-0"  # a training run's folder: the same weights, a card without commands
+    copy.mkdir()
+    (copy / ADAPTER_WEIGHTS).write_bytes((ADAPTERS_DIR / "sparse" / ADAPTER_WEIGHTS).read_bytes())
+    (copy / MODEL_CARD).write_text(json.dumps({k: v for k, v in shipped.items() if k != "commands"}))
+    assert shipped["commands"] and ship_round.seed_commands(copy, "sparse") == shipped["commands"]
+    (copy / ADAPTER_WEIGHTS).write_bytes(b"other weights")
+    assert ship_round.seed_commands(copy, "sparse") == []
