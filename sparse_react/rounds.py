@@ -163,7 +163,8 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
                 else:
                     verb = ["export", str(play), "--rhythm", settings.rhythm]
                 steps.run([*verb, "--out", str(new)], done=data.is_file())
-            _write_once(data, _aggregate(last / "data.jsonl", new, settings.replay))
+            if not data.is_file():  # a resumed round reads and draws nothing again
+                _write_once(data, _aggregate(last / "data.jsonl", new, settings.replay))
         model = folder / "model"
         if k == 0 and settings.seed_model:
             _copy_once(Path(settings.seed_model), model)
