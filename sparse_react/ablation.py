@@ -226,5 +226,6 @@ def _facts(card: dict, whose: str = "", where: str = "") -> list[str]:
                                                          "peak_rss_mb_this_run"))
     return [*([f"loss {whose + ' ' if whose else ''}{first:.3f} → {last:.3f}"]
               if first is not None and last is not None else []),
-            *([f"{seconds / 60:.0f} minutes{where}"] if seconds else []),
+            *([f"{seconds / 60:.0f} minutes{where}" + (f" in the sitting that resumed from {card['resumed_from']}"
+                                                        if card.get("resumed_from") else "")] if seconds else []),
             *([f"peak memory {peak:,} MB"] if peak else [])]

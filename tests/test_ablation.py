@@ -11,7 +11,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from sparse_react.ablation import PairedComparison, load_ablation, paired, write_ablation_report  # noqa: E402
+from sparse_react.ablation import PairedComparison, _facts, load_ablation, paired, write_ablation_report  # noqa: E402
 from sparse_react.evaluate import RunSettings, evaluate  # noqa: E402
 from sparse_react.export import export  # noqa: E402
 from sparse_react.finetune import FinetuneSettings, finetune  # noqa: E402
@@ -81,6 +81,13 @@ def test_the_paired_p_value_is_the_exact_two_sided_sign_test():
     assert abs(PairedComparison("a", "b", 140, 112, 18, 7).p_value - 0.04329) < 1e-5
     assert PairedComparison("a", "b", 10, 5, 0, 0).p_value == 1.0
     assert PairedComparison("a", "b", 10, 0, 5, 5).p_value == 1.0
+
+
+def test_a_card_says_when_its_training_time_is_one_sitting_of_several():
+    card = {"first_loss": 0.0336, "last_loss": 0.0207, "seconds_this_run": 998.9, "peak_rss_mb_this_run": 5318}
+    assert _facts(card, where=" here") == ["loss 0.034 → 0.021", "17 minutes here", "peak memory 5,318 MB"]
+    resumed = _facts({**card, "resumed_from": "checkpoint-40"}, where=" here")
+    assert resumed[1] == "17 minutes here in the sitting that resumed from checkpoint-40"
 
 
 def test_a_folder_without_runs_is_named(tmp_path):
