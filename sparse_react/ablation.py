@@ -224,7 +224,11 @@ def _facts(card: dict, whose: str = "", where: str = "") -> list[str]:
     """Loss, time and memory of a training, where its card has them (short runs log no loss)."""
     first, last, seconds, peak = (card.get(k) for k in ("first_loss", "last_loss", "seconds_this_run",
                                                          "peak_rss_mb_this_run"))
-    sitting = f" in the sitting that resumed from {card['resumed_from']}" if card.get("resumed_from") else ""
+    sitting = ""
+    if card.get("resumed_from") and card.get("seconds"):
+        seconds, sitting = card["seconds"], f" over sittings (resumed from {card['resumed_from']})"
+    elif card.get("resumed_from"):  # trained before checkpoints recorded their time
+        sitting = f" in the sitting that resumed from {card['resumed_from']}"
     return [*([f"loss {whose + ' ' if whose else ''}{first:.3f} → {last:.3f}"]
               if first is not None and last is not None else []),
             *([f"{seconds / 60:.0f} minutes{where}{sitting}"] if seconds else []),

@@ -172,7 +172,9 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
     trainer = _agent_line_trainer(Trainer)(model=model, args=args, train_dataset=rows, data_collator=_Collator(pad),
                                            callbacks=list(callbacks))
     checkpoints = sorted((out / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    earlier = _elapsed_at(checkpoints[-1]) if checkpoints else 0.0
     started = time.perf_counter()
+    trainer.add_callback(_elapsed_recorder(earlier, started))
     try:
         result = trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
         if settings.lora:
@@ -197,11 +199,38 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
             "first_loss": losses[0][1] if losses else None, "last_loss": losses[-1][1] if losses else None,
             "losses": losses,
             "train_loss": result.training_loss, "seconds_this_run": round(time.perf_counter() - started, 1),
+            "seconds": None if earlier is None else round(earlier + time.perf_counter() - started, 1),
             "peak_rss_mb_this_run": peak_rss_mb(),
             "max_thought_tokens": longest_thought(tokenizer, examples) + THOUGHT_MARGIN,
             "train_games": sorted({e.get("game_sha256") or e.get("game") for e in examples})}
     (out / MODEL_CARD).write_text(json.dumps(card, indent=1) + "\n")
     return card
+
+
+ELAPSED = "sparse_react_elapsed.json"
+
+
+def _elapsed_at(checkpoint: Path) -> float | None:
+    """Training seconds up to `checkpoint`, summed over the sittings before it (None: not recorded)."""
+    try:
+        return float(json.loads((checkpoint / ELAPSED).read_text())["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _elapsed_recorder(earlier: float | None, started: float) -> Any:
+    """A callback that writes the training time so far into each checkpoint, so that a resumed run's card can
+    give the whole training's time: the Trainer's own checkpoints hold no wall time."""
+    from transformers import TrainerCallback
+
+    class RecordElapsed(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if earlier is not None and folder.is_dir():
+                seconds = round(earlier + time.perf_counter() - started, 1)
+                (folder / ELAPSED).write_text(json.dumps({"seconds": seconds}) + "\n")
+
+    return RecordElapsed()
 
 
 def peak_rss_mb() -> int:

@@ -88,6 +88,8 @@ def test_a_card_says_when_its_training_time_is_one_sitting_of_several():
     assert _facts(card, where=" here") == ["loss 0.034 → 0.021", "17 minutes here", "peak memory 5,318 MB"]
     resumed = _facts({**card, "resumed_from": "checkpoint-40"}, where=" here")
     assert resumed[1] == "17 minutes here in the sitting that resumed from checkpoint-40"
+    summed = _facts({**card, "resumed_from": "checkpoint-40", "seconds": 2498.9}, where=" here")
+    assert summed[1] == "42 minutes here over sittings (resumed from checkpoint-40)"
 
 
 def test_a_folder_without_runs_is_named(tmp_path):

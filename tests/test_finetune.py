@@ -20,7 +20,7 @@ from sparse_react.env import HouseholdEnv  # noqa: E402
 from sparse_react.evaluate import evaluate  # noqa: E402
 from sparse_react.export import ExportError, export  # noqa: E402
 from sparse_react.finetune import (  # noqa: E402
-    FinetuneError, FinetuneSettings, _Collator, agent_line_loss, finetune, read_examples, tokenize_example)
+    ELAPSED, FinetuneError, FinetuneSettings, _Collator, agent_line_loss, finetune, read_examples, tokenize_example)
 from sparse_react.games.catalog import find_games  # noqa: E402
 from sparse_react.policies.expert import ExpertPolicy  # noqa: E402
 from sparse_react.policies.hf import HFPolicy, load_model  # noqa: E402
@@ -117,9 +117,10 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(expert_data, tiny, tmp_p
     settings = FinetuneSettings(str(path), str(tiny), **{**TOY, "max_steps": 8, "save_steps": 3, "low_memory": True})
     with pytest.raises(KeyboardInterrupt):
         finetune(settings, tmp_path / "model", progress=False, callbacks=[_StopAt(5)])
-    assert (tmp_path / "model" / "checkpoints" / "checkpoint-3").is_dir()
+    before = json.loads((tmp_path / "model" / "checkpoints" / "checkpoint-3" / ELAPSED).read_text())["seconds"]
     card = finetune(settings, tmp_path / "model", progress=False)
     assert card["resumed_from"] == "checkpoint-3" and card["steps"] == 8
+    assert before > 0 and card["seconds"] == pytest.approx(before + card["seconds_this_run"], abs=0.2)
     assert card["settings"]["low_memory"] is True and card["last_loss"] < card["first_loss"]
 
 
