@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Sequence
 
 from sparse_react.bundled import ADAPTERS_DIR
-from sparse_react.cards import ADAPTER_CONFIG, ADAPTER_WEIGHTS, DEFAULT_ACTION_MODE, MODEL_CARD, ModelError
+from sparse_react.cards import (ADAPTER_CONFIG, ADAPTER_WEIGHTS, DEFAULT_ACTION_MODE, MODEL_CARD, ModelError,
+                                training_seconds)
 from sparse_react.evaluate import SETTINGS_FILE
 from sparse_react.report import (
     COLUMNS, DASH, GroupStats, PairedComparison, format_number, group_stats, load_runs, markdown_table, pairs_table,
@@ -222,13 +223,12 @@ def _continued(parent: dict | None) -> str:
 
 def _facts(card: dict, whose: str = "", where: str = "") -> list[str]:
     """Loss, time and memory of a training, where its card has them (short runs log no loss)."""
-    first, last, seconds, peak = (card.get(k) for k in ("first_loss", "last_loss", "seconds_this_run",
-                                                         "peak_rss_mb_this_run"))
+    first, last, peak = (card.get(k) for k in ("first_loss", "last_loss", "peak_rss_mb_this_run"))
+    seconds, resumed = training_seconds(card), card.get("resumed_from")
     sitting = ""
-    if card.get("resumed_from") and card.get("seconds"):
-        seconds, sitting = card["seconds"], f" over sittings (resumed from {card['resumed_from']})"
-    elif card.get("resumed_from"):  # trained before checkpoints recorded their time
-        sitting = f" in the sitting that resumed from {card['resumed_from']}"
+    if resumed:  # a card from before checkpoints recorded their time has only the last sitting's
+        sitting = (f" over sittings (resumed from {resumed})" if card.get("seconds")
+                   else f" in the sitting that resumed from {resumed}")
     return [*([f"loss {whose + ' ' if whose else ''}{first:.3f} → {last:.3f}"]
               if first is not None and last is not None else []),
             *([f"{seconds / 60:.0f} minutes{where}{sitting}"] if seconds else []),

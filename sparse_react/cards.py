@@ -18,6 +18,11 @@ class ModelError(UserError, ValueError):
     """A model that cannot be loaded: missing, not a model, not local, or an unsupported GGUF."""
 
 
+def training_seconds(card: dict) -> float | None:
+    """A card's training time: summed over sittings where its checkpoints recorded it, else its last sitting's."""
+    return card.get("seconds") or card.get("seconds_this_run")
+
+
 def model_card(source: str | Path) -> dict:
     """The card a fine-tuned model folder carries, or {} for any other model."""
     path = Path(source)

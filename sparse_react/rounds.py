@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Sequence
 
-from sparse_react.cards import MODEL_CARD
+from sparse_react.cards import MODEL_CARD, training_seconds
 from sparse_react.errors import UserError
 from sparse_react.evaluate import SETTINGS_FILE
 from sparse_react.games.catalog import find_games
@@ -251,7 +251,7 @@ def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]
         trained = [str(k), f"{card['examples']}" + (f" ({card['rows']} rows)" if packed else ""),
                    str(len(new.read_text().splitlines())) if new.is_file() else "seed",
                    f"{thought_share(new if new.is_file() else folder / 'data.jsonl'):.0%}",
-                   f"{(card.get('seconds') or card['seconds_this_run']) / 60:.1f}", f"{card['last_loss']}"]
+                   f"{training_seconds(card) / 60:.1f}", f"{card['last_loss']}"]
         if not settings.eval_sets:  # evaluated apart, if at all: the round's data and training still get a row
             rows.append([*trained, "—", *("—" for _ in COLUMNS), "—"])
         for games in settings.eval_sets:
