@@ -127,6 +127,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/final-ablation"))
     parser.add_argument("--records", type=Path, default=RECORDS)
     parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--dtype", default="float32",
+                        help="float32 (default): a decision does not depend on which episodes share its batch, "
+                             "as in bfloat16, so runs of different sittings compare")
     parser.add_argument("--max-steps", type=int, default=50, help="the budget (steps or actions)")
     parser.add_argument("--limit", type=int, default=None, help="the first N games of each set (a quick look)")
     parser.add_argument("--policy", default=None, help="another policy than the shipped adapters, e.g. expert")
@@ -134,8 +137,8 @@ def main() -> None:
     args = parser.parse_args()
     if not args.report_only:
         play(args.sets.split(","), set(filter(None, args.only.split(","))), args.out, args.records,
-             ["--batch", str(args.batch), "--max-steps", str(args.max_steps), *(["--limit", str(args.limit)] if args.limit else []),
-              *(["--policy", args.policy] if args.policy else [])])
+             ["--batch", str(args.batch), "--dtype", args.dtype, "--max-steps", str(args.max_steps),
+              *(["--limit", str(args.limit)] if args.limit else []), *(["--policy", args.policy] if args.policy else [])])
     args.records.mkdir(parents=True, exist_ok=True)
     text = report(load(args.records))
     (args.records / "final-ablation.md").write_text(text)
