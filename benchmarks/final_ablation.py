@@ -2,14 +2,14 @@
 
 Each shipped adapter plays each evaluation set twice: under the paper's rule (a thought spends one
 of the 50 steps) and with a budget of 50 actions where thoughts are free (`eval --thoughts-free`).
-Act never thinks, so its one run serves both rules. Every (rule, set) is its own resumable run folder
-under --out. When a run has finished, one line per episode (game, rhythm, won, lines, actions,
+Act never thinks, so its one run serves both rules. Every (rule, set, rhythm) is its own resumable run
+folder under --out. When a run has finished, one line per episode (game, rhythm, won, lines, actions,
 failure class, a contradicted "found" claim) goes to --records, which is committed: the tables can be
 printed again, and the ablation finished in another sitting, on a machine that has lost `runs/`.
 From the records it prints success per rhythm and rule, then game-by-game pairs: each rhythm across
 the rules (what the budget changes) and every two rhythms under each rule (what thinking changes).
 
-    python benchmarks/final_ablation.py [--sets valid_unseen,alfworld:valid_seen] [--only RULE:SET] [--report-only]
+    python benchmarks/final_ablation.py [--sets valid_unseen,alfworld:valid_seen] [--rules steps,actions] [--rhythms im,dense] [--report-only]
 """
 
 from __future__ import annotations
@@ -36,34 +36,32 @@ def rhythms_under(rule: str) -> tuple[str, ...]:
     return RHYTHMS if rule == "steps" else tuple(r for r in RHYTHMS if r != "act")
 
 
-def record_name(rule: str, games: str) -> str:
-    return f"{rule}-{games.replace(':', '-')}"
+def run_name(rule: str, games: str, rhythm: str) -> str:
+    return f"{rule}-{games.replace(':', '-')}-{rhythm}"
 
 
 def compact(run: Path, rule: str, games: str) -> list[dict]:
     """One small record per episode of a finished run."""
-    return [{"rule": rule, "set": games, "rhythm": e.rhythm, "policy": e.policy, "game": e.game_name, "task_type": e.task_type,
-             "won": e.won, "lines": len(e.entries), "actions": len(e.actions),
+    return [{"rule": rule, "set": games, "rhythm": e.rhythm, "policy": e.policy, "game": e.game_name,
+             "task_type": e.task_type, "won": e.won, "lines": len(e.entries), "actions": len(e.actions),
              "failure": None if e.won else getattr(failure_class(e), "value", None),
              "false_claim": not e.won and bool(contradicted_claims(e))}
             for e in read_episodes(run / EPISODES_FILE)]
 
 
-def play(sets: list[str], only: set[str], out: Path, records: Path, extra: list[str]) -> None:
-    """Play every (rule, set) run not yet in the records, and record each when it has finished."""
+def play(sets: list[str], rules: list[str], rhythms: list[str], out: Path, records: Path, extra: list[str]) -> None:
+    """Play every (rule, set, rhythm) run not yet in the records, and record each when it has finished."""
     steps = Steps()
     for games in sets:
-        for rule, flags in RULES.items():
-            name = record_name(rule, games)
-            if only and f"{rule}:{games}" not in only:
-                continue
-            run, record = out / name, records / f"{name}.jsonl"
-            steps.run(["eval", "--games", games, "--rhythms", ",".join(rhythms_under(rule)), *flags, *extra,
-                       "--out", str(run)],
-                      done=record.is_file())  # eval itself resumes an unfinished run folder
-            if not record.is_file():
-                record.parent.mkdir(parents=True, exist_ok=True)
-                record.write_text("".join(json.dumps(r) + "\n" for r in compact(run, rule, games)))
+        for rule in rules:
+            for rhythm in (r for r in rhythms if r in rhythms_under(rule)):
+                name = run_name(rule, games, rhythm)
+                run, record = out / name, records / f"{name}.jsonl"
+                steps.run(["eval", "--games", games, "--rhythms", rhythm, *RULES[rule], *extra, "--out", str(run)],
+                          done=record.is_file())  # eval itself resumes an unfinished run folder
+                if not record.is_file():
+                    record.parent.mkdir(parents=True, exist_ok=True)
+                    record.write_text("".join(json.dumps(r) + "\n" for r in compact(run, rule, games)))
 
 
 def load(records: Path) -> dict[tuple[str, str, str], dict[str, dict]]:
@@ -123,7 +121,8 @@ def report(table: dict[tuple[str, str, str], dict[str, dict]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default="valid_unseen,alfworld:valid_seen")
-    parser.add_argument("--only", default="", help="play only these RULE:SET runs, comma-separated (steps:valid_unseen)")
+    parser.add_argument("--rules", default="steps,actions", help="steps (the paper's rule), actions (thoughts free)")
+    parser.add_argument("--rhythms", default=",".join(RHYTHMS), help="which to play, in this order")
     parser.add_argument("--out", type=Path, default=Path("runs/final-ablation"))
     parser.add_argument("--records", type=Path, default=RECORDS)
     parser.add_argument("--batch", type=int, default=16)
@@ -136,7 +135,7 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="print the tables from the records; play nothing")
     args = parser.parse_args()
     if not args.report_only:
-        play(args.sets.split(","), set(filter(None, args.only.split(","))), args.out, args.records,
+        play(args.sets.split(","), args.rules.split(","), args.rhythms.split(","), args.out, args.records,
              ["--batch", str(args.batch), "--dtype", args.dtype, "--max-steps", str(args.max_steps),
               *(["--limit", str(args.limit)] if args.limit else []), *(["--policy", args.policy] if args.policy else [])])
     args.records.mkdir(parents=True, exist_ok=True)
