@@ -21,7 +21,7 @@ from itertools import combinations
 from pathlib import Path
 
 from sparse_react.claims import contradicted_claims
-from sparse_react.report import COLUMNS, PairedComparison, markdown_table
+from sparse_react.report import COLUMNS, PairedComparison, markdown_table, pairs_table
 from sparse_react.steps import Steps
 from sparse_react.tasks import TaskType
 from sparse_react.trajectory import EPISODES_FILE, failure_class, read_episodes
@@ -78,11 +78,13 @@ def load(records: Path) -> dict[tuple[str, str, str], dict[str, dict]]:
 
 
 def report(table: dict[tuple[str, str, str], dict[str, dict]]) -> str:
+    """The tables, as Markdown: per set, success and losses per rhythm and rule, then the pairs."""
     sets = list(dict.fromkeys(k[1] for k in table))
     policies = sorted({r["policy"] for played in table.values() for r in played.values()})
     parts = ["# The four rhythms under both budget rules",
-             f"Policy: {', '.join(policies)} (`hf`: each rhythm's shipped adapter). `steps`: a budget of steps, a thought "
-             "spending one (the paper's rule, 50 steps); `actions`: as many actions, thoughts free (act's one run stands for both). Success is the game's `won`."]
+             f"Policy: {', '.join(policies)} (`hf`: each rhythm's shipped adapter). `steps`: a budget of steps, "
+             "a thought spending one (the paper's rule, 50 steps); `actions`: as many actions, thoughts free "
+             "(act's one run stands for both). Success is the game's `won`."]
     for games in sets:
         rows = []
         for rhythm in RHYTHMS:
@@ -110,11 +112,8 @@ def report(table: dict[tuple[str, str, str], dict[str, dict]]) -> str:
         groups += [((rule, a), (rule, b)) for rule in RULES for a, b in combinations(RHYTHMS, 2)]
         pairs = [PairedComparison.of(" ".join(first[::-1]), " ".join(second[::-1]), won[first], won[second])
                  for first, second in groups if first in won and second in won]
-        rows = [[f"{c.first} vs {c.second}", str(c.games), str(c.both_won), str(c.only_first), str(c.only_second),
-                 f"{c.p_value:.2g}"] for c in pairs if c.games]
         parts += ["Game by game: each rhythm across the rules (the budget), then every two rhythms under each rule "
-                  "(thinking).", markdown_table(["pair", "games", "both won", "only the first won",
-                                                 "only the second won", "p (exact McNemar)"], rows)]
+                  "(thinking).", pairs_table([c for c in pairs if c.games])]
     return "\n\n".join(parts) + "\n"
 
 
