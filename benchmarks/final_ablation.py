@@ -77,6 +77,21 @@ def load(records: Path) -> dict[tuple[str, str, str], dict[str, dict]]:
     return table
 
 
+def success_and_losses(played: list[dict]) -> list[str]:
+    """One table row's cells from a run's records: wins per task type and in all, lines, actions, losses."""
+    won, n = Counter(), Counter()
+    for r in played:
+        n[COLUMN[r["task_type"]]] += 1
+        won[COLUMN[r["task_type"]]] += r["won"]
+    lost = [r for r in played if not r["won"]]
+    failures = Counter(r["failure"] for r in lost)
+    return [*(f"{won[c]}/{n[c]}" for c in COLUMNS[:-1]),
+            f"**{sum(won.values())}/{len(played)} ({sum(won.values()) / len(played):.0%})**",
+            str(sum(r["lines"] for r in played)), str(sum(r["actions"] for r in played)),
+            " / ".join(str(failures[f]) for f in ("cycle", "budget")) + f" of {len(lost)}",
+            str(sum(r["false_claim"] for r in lost))]
+
+
 def report(table: dict[tuple[str, str, str], dict[str, dict]]) -> str:
     """The tables, as Markdown: per set, success and losses per rhythm and rule, then the pairs."""
     sets = list(dict.fromkeys(k[1] for k in table))
@@ -89,21 +104,8 @@ def report(table: dict[tuple[str, str, str], dict[str, dict]]) -> str:
         rows = []
         for rhythm in RHYTHMS:
             for rule in RULES:
-                played = table.get((rule, games, rhythm))
-                if not played:
-                    continue
-                won, n = Counter(), Counter()
-                for r in played.values():
-                    n[COLUMN[r["task_type"]]] += 1
-                    won[COLUMN[r["task_type"]]] += r["won"]
-                lost = [r for r in played.values() if not r["won"]]
-                failures = Counter(r["failure"] for r in lost)
-                rows.append([rhythm, rule, *(f"{won[c]}/{n[c]}" for c in COLUMNS[:-1]),
-                             f"**{sum(won.values())}/{len(played)} ({sum(won.values()) / len(played):.0%})**",
-                             str(sum(r["lines"] for r in played.values())),
-                             str(sum(r["actions"] for r in played.values())),
-                             " / ".join(str(failures[f]) for f in ("cycle", "budget")) + f" of {len(lost)}",
-                             str(sum(r["false_claim"] for r in lost))])
+                if played := table.get((rule, games, rhythm)):
+                    rows.append([rhythm, rule, *success_and_losses(list(played.values()))])
         parts += [f"## {games}", markdown_table(
             ["rhythm", "rule", *COLUMNS[:-1], "All", "lines", "actions", "losses: cycle / budget", "false claims"], rows)]
         won = {(rule, rhythm): {g: r["won"] for g, r in played.items()}
