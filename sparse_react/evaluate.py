@@ -73,7 +73,8 @@ def open_run(run_dir: Path, settings: RunSettings) -> list[Episode]:
         if stored.get("format") != RUN_FORMAT:
             raise RunFolderError(f"{run_dir} was written by an incompatible version "
                                  f"(format {stored.get('format')!r}, this is {RUN_FORMAT}); use another --out")
-        changed = _differences(stored, {k: v for k, v in wanted.items() if k != "versions"})  # an upgrade may resume
+        changed = _differences(_what_played(stored),  # an upgrade may resume
+                               _what_played({k: v for k, v in wanted.items() if k != "versions"}))
         if changed:
             detail = "; ".join(f"{k}: {old!r} → {new!r}" for k, old, new in changed)
             raise RunFolderError(f"{run_dir} holds a run with other settings ({detail}); use another --out")
@@ -86,6 +87,18 @@ def open_run(run_dir: Path, settings: RunSettings) -> list[Episode]:
     if lines and not lines[-1].endswith("\n"):  # killed mid-write: that episode never finished
         episodes_path.write_text("".join(lines[:-1]))
     return read_episodes(episodes_path)
+
+
+def _what_played(settings: dict) -> dict:
+    """Settings as compared on resume: with a policy spec, the policy's name is only its label (`hf`
+    or `hf:DIR`), and the shipped policy playing one rhythm is that rhythm's adapter, so a run made
+    with `--model DIR` resumes as the shipped-adapter run when DIR holds the same weights."""
+    spec = settings.get("policy_spec")
+    if not spec:
+        return settings
+    if spec.get("kind") == "shipped" and len(spec.get("rhythms", {})) == 1:
+        [spec] = spec["rhythms"].values()
+    return {**{k: v for k, v in settings.items() if k != "policy"}, "policy_spec": spec}
 
 
 def _differences(stored: dict, wanted: dict, path: str = "") -> list[tuple[str, object, object]]:

@@ -176,6 +176,14 @@ def test_a_run_records_the_policy_spec_and_refuses_another_one(games, tiny, tmp_
     again = evaluate(games[:1], policy, "act", rules=rules, run_dir=run, progress=False,
                      settings=RunSettings(**{**settings.__dict__, "policy_spec": moved}))
     assert again[0].wall_time == episode.wall_time
+    shipped = {"kind": "shipped", "rhythms": {"act": moved}}  # the shipped policy, the same weights: resumes
+    again = evaluate(games[:1], policy, "act", rules=rules, run_dir=run, progress=False,
+                     settings=RunSettings(**{**settings.__dict__, "policy": "hf:elsewhere", "policy_spec": shipped}))
+    assert again[0].wall_time == episode.wall_time
+    retrained = {"kind": "shipped", "rhythms": {"act": {**spec, "weights_sha256": "0" * 64}}}
+    with pytest.raises(RunFolderError, match=r"policy_spec\.weights_sha256"):
+        evaluate(games[:1], policy, "act", rules=rules, run_dir=run, progress=False,
+                 settings=RunSettings(**{**settings.__dict__, "policy_spec": retrained}))
     other = HFPolicy(model=tiny, device="cpu", dtype="bfloat16")
     with pytest.raises(RunFolderError, match=r"policy_spec\.dtype: 'float32' → 'bfloat16'"):
         evaluate(games[:1], other, "act", rules=rules, run_dir=run, progress=False,
