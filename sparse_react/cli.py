@@ -472,7 +472,8 @@ def finetune(
 
 @app.command()
 def rounds(
-    seed_data: Path = typer.Option(..., help="Round 0's training data (the expert's won episodes, `sparse-react export`)."),
+    seed_data: Optional[Path] = typer.Option(None, help="Round 0's training data (the expert's won episodes, `sparse-react "
+                                                       "export`); may be left out with --seed-model."),
     out: Path = typer.Option(..., help="The folder of every round; rerun the same command to resume."),
     rhythm: str = typer.Option("sparse", help="sparse, dense, im or act."),
     count: int = typer.Option(2, "--rounds", min=0, help="Rounds after round 0."),
@@ -506,16 +507,20 @@ def rounds(
     replay: Optional[int] = typer.Option(None, min=0, help="Train each round on its new data and this many examples "
                                                            "drawn (a fixed draw) from the last round's data, instead of "
                                                            "on all of both."),
+    replay_data: Optional[Path] = typer.Option(None, help="Draw the --replay examples from this file instead of the "
+                                                          "last round's data (e.g. for a seed model whose own data "
+                                                          "cannot be rebuilt)."),
 ) -> None:
     """Learn from the model's own play: play, relabel (or keep the wins), retrain, evaluate, round after round."""
     from sparse_react.rhythms import get_rhythm
     from sparse_react.rounds import RoundsSettings, run_rounds
 
-    settings = RoundsSettings(get_rhythm(rhythm).name, str(seed_data), count, arm, retrain, train_games, train_limit,
+    settings = RoundsSettings(get_rhythm(rhythm).name, str(seed_data or ""), count, arm, retrain, train_games, train_limit,
                               train_task_types, tuple(s.strip() for s in eval_sets.split(",") if s.strip()),
                               eval_limit, max_steps, base, train_steps, learning_rate, lora_rank, max_length, batch,
                               train_filter=train_filter, seed_model=str(seed_model) if seed_model else None,
-                              replan_detours=replan_detours, corrections_only=corrections_only, replay=replay)
+                              replan_detours=replan_detours, corrections_only=corrections_only, replay=replay,
+                              replay_data=str(replay_data) if replay_data else None)
     path = run_rounds(settings, out)
     typer.echo(path.read_text())
 

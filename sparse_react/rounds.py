@@ -9,7 +9,9 @@ episodes (`sparse-react export`: the paper's bootstrap); `expert` has the search
 train games instead of the model and keeps its won episodes (new data where the model's play cannot
 make any, e.g. generated games of a kind the seed data lacks). Each round trains either from the
 base (`retrain="base"`) or on from the last round's adapter (`"continue"`), on the last round's data
-with the new added, or (`replay=N`) on the new data with N examples drawn from the last round's.
+with the new added, or (`replay=N`) on the new data with N examples drawn from the last round's
+(or, `replay_data`, from a file of their own: for a seed model whose own data cannot be rebuilt,
+round 0 then holds no data).
 
 One folder holds everything: `rounds.json` (the settings; a rerun with others is refused),
 `round-K/` with `play/` (the run folder of the games played, K ≥ 1), `new.jsonl`, `data.jsonl`,
@@ -53,7 +55,7 @@ class RoundsSettings:
     """What a run of rounds does (see the module docstring)."""
 
     rhythm: str
-    seed_data: str
+    seed_data: str = ""  # round 0's data; "" only with a seed model, whose own data may be gone
     rounds: int = 2
     arm: str = "dagger"
     retrain: str = "base"
@@ -74,6 +76,7 @@ class RoundsSettings:
     replan_detours: bool = False  # dagger: a re-planning thought after every detour (`relabel --replan-detours`)
     corrections_only: bool = False  # dagger: only the states where the label corrects the model
     replay: int | None = None  # a round's data: its new data and this many of the last round's examples (None: all)
+    replay_data: str | None = None  # where `replay` draws from instead of the last round's data
 
     def check(self) -> None:
         if self.arm not in ARMS:
@@ -87,6 +90,13 @@ class RoundsSettings:
             raise RoundsError(f"replay must be 0 or more examples, not {self.replay}")
         if self.rounds < 0:
             raise RoundsError(f"rounds must be 0 or more, not {self.rounds}")
+        if self.replay_data is not None and (self.replay is None or not Path(self.replay_data).is_file()):
+            raise RoundsError(f"replay data {self.replay_data} " + ("is what --replay N draws from: give N" if self.replay
+                              is None else "not found"))
+        if not self.seed_data:
+            if not self.seed_model:
+                raise RoundsError("give the seed data (--seed-data), or a seed model already trained (--seed-model)")
+            return  # round 0 holds no data: each round trains on its new data and the replay draw
         if not Path(self.seed_data).is_file():
             raise RoundsError(f"seed data {self.seed_data} not found: export the expert's won episodes first "
                               f"(`sparse-react export RUN --rhythm {self.rhythm} --out DATA.jsonl`)")
@@ -142,7 +152,8 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
         folder.mkdir(exist_ok=True)
         data = folder / "data.jsonl"
         if k == 0:
-            _write_once(data, Path(settings.seed_data).read_bytes())
+            if settings.seed_data:
+                _write_once(data, Path(settings.seed_data).read_bytes())
         else:
             last = out / f"round-{k - 1}"
             play = folder / "play"
@@ -164,7 +175,8 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
                     verb = ["export", str(play), "--rhythm", settings.rhythm]
                 steps.run([*verb, "--out", str(new)], done=data.is_file())
             if not data.is_file():  # a resumed round reads and draws nothing again
-                _write_once(data, _aggregate(last / "data.jsonl", new, settings.replay))
+                earlier = Path(settings.replay_data) if settings.replay_data else last / "data.jsonl"
+                _write_once(data, _aggregate(earlier, new, settings.replay))
         model = folder / "model"
         if k == 0 and settings.seed_model:
             _copy_once(Path(settings.seed_model), model)
@@ -189,10 +201,12 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
 
 def _aggregate(last: Path, new: Path, replay: int | None) -> bytes:
     """A round's data: the last round's with the new added, or the new with `replay` of the last
-    round's examples drawn at random (a fixed draw, so a rerun writes the same bytes)."""
+    round's examples drawn at random (a fixed draw, so a rerun writes the same bytes). A round 0
+    without data (a seed model alone) adds nothing."""
+    before = last.read_bytes() if last.is_file() else b""
     if replay is None:
-        return last.read_bytes() + new.read_bytes()
-    earlier = last.read_bytes().splitlines(keepends=True)
+        return before + new.read_bytes()
+    earlier = before.splitlines(keepends=True)
     random.Random(0).shuffle(earlier)
     return new.read_bytes() + b"".join(earlier[:replay])
 
@@ -250,7 +264,7 @@ def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]
         packed = card.get("rows", card["examples"]) != card["examples"]
         trained = [str(k), f"{card['examples']}" + (f" ({card['rows']} rows)" if packed else ""),
                    str(len(new.read_text().splitlines())) if new.is_file() else "seed",
-                   f"{thought_share(new if new.is_file() else folder / 'data.jsonl'):.0%}",
+                   f"{thought_share(data):.0%}" if (data := new if new.is_file() else folder / "data.jsonl").is_file() else "—",
                    f"{training_seconds(card) / 60:.1f}", f"{card['last_loss']}"]
         if not settings.eval_sets:  # evaluated apart, if at all: the round's data and training still get a row
             rows.append([*trained, "—", *("—" for _ in COLUMNS), "—"])
@@ -275,8 +289,8 @@ def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]
         *([f"Round 0's model is {settings.seed_model}, copied (its card holds the commands that made it)."]
           if settings.seed_model else []),
         markdown_table(header, rows),
-        "Thoughts in new: the share of the trained lines of the round's new data (round 0: the seed data) that "
-        "are thoughts. Thoughts played: their share of the lines of the evaluation's episodes (mean per episode).",
+        "Thoughts in new: the share of the trained lines of the round's new data (round 0: the seed data, if given) "
+        "that are thoughts. Thoughts played: their share of the lines of the evaluation's episodes (mean per episode).",
         *(["Game by game, each round against the one before:", markdown_table(pair_header, pairs)] if pairs else []),
         "Success is the game's `won`. The command, and the steps it ran (a rerun skips what is done):",
         "```bash\n" + "\n".join([rounds_command(settings, out), "# which ran:", *commands]) + "\n```"]) + "\n"

@@ -186,6 +186,29 @@ def test_an_expert_round_on_generated_games_trains_on_its_wins_and_a_fixed_draw_
         replace(chosen, replay=-1).check()
 
 
+def test_a_seed_model_without_its_data_replays_from_a_file_of_its_own(toy, seed_model, tmp_path):
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join((toy / "seed.jsonl").read_text().splitlines(keepends=True)[1:]))
+    chosen = settings(toy, seed_data="", rounds=1, arm="bootstrap", retrain="continue", seed_model=str(seed_model),
+                      train_filter="Newspaper", replay=1, replay_data=str(pool))
+    out = tmp_path / "r"
+    table = run_rounds(chosen, out).read_text()
+    assert not (out / "round-0" / "data.jsonl").exists()
+    new = (out / "round-1" / "new.jsonl").read_text().splitlines(keepends=True)
+    data = (out / "round-1" / "data.jsonl").read_text().splitlines(keepends=True)
+    assert data[:len(new)] == new and len(data) == len(new) + 1 and data[-1] in pool.read_text().splitlines(keepends=True)
+    assert next(row for row in table.splitlines() if row.startswith("| 0 |")).split(" | ")[3] == "—"
+    line = rounds_command(read_settings(out), out)
+    assert "--seed-data" not in line and f"--replay-data {pool}" in line
+    assert CliRunner().invoke(app, shlex.split(line)[1:]).exit_code == 0  # the printed command resumes the folder
+    with pytest.raises(RoundsError, match="give the seed data"):
+        replace(chosen, seed_model=None).check()
+    with pytest.raises(RoundsError, match="is what --replay N draws from"):
+        replace(chosen, replay=None).check()
+    with pytest.raises(RoundsError, match="replay data .*missing.jsonl not found"):
+        replace(chosen, replay_data=str(tmp_path / "missing.jsonl")).check()
+
+
 def test_ship_round_takes_round_0s_commands_from_the_shipped_adapter_with_its_weights(tmp_path):
     import importlib.util
 
