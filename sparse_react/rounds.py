@@ -90,14 +90,13 @@ class RoundsSettings:
             raise RoundsError(f"replay must be 0 or more examples, not {self.replay}")
         if self.rounds < 0:
             raise RoundsError(f"rounds must be 0 or more, not {self.rounds}")
-        if self.replay_data is not None and (self.replay is None or not Path(self.replay_data).is_file()):
-            raise RoundsError(f"replay data {self.replay_data} " + ("is what --replay N draws from: give N" if self.replay
-                              is None else "not found"))
-        if not self.seed_data:
-            if not self.seed_model:
-                raise RoundsError("give the seed data (--seed-data), or a seed model already trained (--seed-model)")
-            return  # round 0 holds no data: each round trains on its new data and the replay draw
-        if not Path(self.seed_data).is_file():
+        if self.replay_data is not None and self.replay is None:
+            raise RoundsError(f"replay data {self.replay_data} is what --replay N draws from: give N")
+        if self.replay_data is not None and not Path(self.replay_data).is_file():
+            raise RoundsError(f"replay data {self.replay_data} not found")
+        if not self.seed_data and not self.seed_model:
+            raise RoundsError("give the seed data (--seed-data), or a seed model already trained (--seed-model)")
+        if self.seed_data and not Path(self.seed_data).is_file():
             raise RoundsError(f"seed data {self.seed_data} not found: export the expert's won episodes first "
                               f"(`sparse-react export RUN --rhythm {self.rhythm} --out DATA.jsonl`)")
         if self.seed_model:
@@ -105,6 +104,8 @@ class RoundsSettings:
             if not card.is_file():
                 raise RoundsError(f"seed model {self.seed_model} has no {MODEL_CARD}: give a model folder that "
                                   f"`sparse-react finetune` wrote")
+            if not self.seed_data:  # round 0 holds no data: each round trains on its new data and the replay draw
+                return
             made = json.loads(card.read_text())
             data = Path(self.seed_data).read_bytes()
             # Cards older than export's game order hold the sha256 of episodes in the order workers
@@ -262,9 +263,10 @@ def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]
         card = json.loads((folder / "model" / MODEL_CARD).read_text())
         new = folder / "new.jsonl"
         packed = card.get("rows", card["examples"]) != card["examples"]
+        source = new if new.is_file() else folder / "data.jsonl"  # round 0 without seed data has neither
         trained = [str(k), f"{card['examples']}" + (f" ({card['rows']} rows)" if packed else ""),
                    str(len(new.read_text().splitlines())) if new.is_file() else "seed",
-                   f"{thought_share(data):.0%}" if (data := new if new.is_file() else folder / "data.jsonl").is_file() else "—",
+                   f"{thought_share(source):.0%}" if source.is_file() else "—",
                    f"{training_seconds(card) / 60:.1f}", f"{card['last_loss']}"]
         if not settings.eval_sets:  # evaluated apart, if at all: the round's data and training still get a row
             rows.append([*trained, "—", *("—" for _ in COLUMNS), "—"])

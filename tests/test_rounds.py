@@ -207,6 +207,8 @@ def test_a_seed_model_without_its_data_replays_from_a_file_of_its_own(toy, seed_
         replace(chosen, replay=None).check()
     with pytest.raises(RoundsError, match="replay data .*missing.jsonl not found"):
         replace(chosen, replay_data=str(tmp_path / "missing.jsonl")).check()
+    with pytest.raises(RoundsError, match="has no sparse_react.json"):
+        replace(chosen, seed_model=str(tmp_path)).check()
 
 
 def test_ship_round_takes_round_0s_commands_from_the_shipped_adapter_with_its_weights(tmp_path):
