@@ -407,6 +407,8 @@ def relabel(
     corrections_only: bool = typer.Option(False, "--corrections-only", help="Keep only the states where the label "
                                           "corrects the agent: not a thought in other words, not another unvisited "
                                           "place to search."),
+    without_go_to: bool = typer.Option(False, "--without-go-to", help="With --corrections-only: leave out the "
+                                       "corrections whose label is a `go to` (mostly returns to a searched place)."),
     exclude: Optional[str] = typer.Option(None, help="Comma-separated evaluation sets whose games may not be "
                                                      "relabelled (default: valid_unseen, valid_seen, alfworld:valid_*)."),
 ) -> None:
@@ -416,7 +418,7 @@ def relabel(
     from sparse_react.relabel import relabel_runs
 
     sets = [e.strip() for e in exclude.split(",") if e.strip()] if exclude is not None else DEFAULT_EVAL_SETS
-    summary = relabel_runs(runs, out, sets, lost_only, replan_detours, corrections_only)
+    summary = relabel_runs(runs, out, sets, lost_only, replan_detours, corrections_only, not without_go_to)
     typer.echo(f"wrote {summary.examples} examples from {summary.episodes} episodes to {summary.path}")
     for problem in summary.unlabelled:
         typer.echo(f"not relabelled: {problem}", err=True)
@@ -504,6 +506,8 @@ def rounds(
                                         "re-planning thought after every detour (`relabel --replan-detours`)."),
     corrections_only: bool = typer.Option(False, "--corrections-only", help="With the dagger arm: keep only the "
                                           "states where the label corrects the model (`relabel --corrections-only`)."),
+    without_go_to: bool = typer.Option(False, "--without-go-to", help="With --corrections-only: leave out the "
+                                       "corrections whose label is a `go to` (`relabel --without-go-to`)."),
     replay: Optional[int] = typer.Option(None, min=0, help="Train each round on its new data and this many examples "
                                                            "drawn (a fixed draw) from the last round's data, instead of "
                                                            "on all of both."),
@@ -519,7 +523,8 @@ def rounds(
                               train_task_types, tuple(s.strip() for s in eval_sets.split(",") if s.strip()),
                               eval_limit, max_steps, base, train_steps, learning_rate, lora_rank, max_length, batch,
                               train_filter=train_filter, seed_model=str(seed_model) if seed_model else None,
-                              replan_detours=replan_detours, corrections_only=corrections_only, replay=replay,
+                              replan_detours=replan_detours, corrections_only=corrections_only,
+                              without_go_to=without_go_to, replay=replay,
                               replay_data=str(replay_data) if replay_data else None)
     path = run_rounds(settings, out)
     typer.echo(path.read_text())

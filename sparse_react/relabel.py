@@ -153,11 +153,13 @@ def hand_over(episode: Episode, step: int, game: GameRef | None = None, budget: 
     return handed
 
 
-def corrections(episode: Episode, states: Sequence[RelabelledState]) -> list[RelabelledState]:
+def corrections(episode: Episode, states: Sequence[RelabelledState], go_to: bool = True) -> list[RelabelledState]:
     """The states where the label corrects the agent rather than differing in taste: not two
     thoughts in other words, and not two ways to go on searching (both lines going to places the
     episode has not been to yet, which the expert chooses among by likelihood, not by knowledge).
-    Kept: a return to a place seen before, an action the agent walked past, a thought where it acted."""
+    Kept: a return to a place seen before, an action the agent walked past, a thought where it acted;
+    with `go_to=False` only those whose label is not a `go to` (most such labels send the agent back
+    after a wandering prefix, and training on them taught the sparse model to cycle)."""
     kept = []
     for state in states:
         seen = {entry.text for entry in episode.entries[: state.step - 1] if entry.text.startswith(GO_TO)}
@@ -165,6 +167,8 @@ def corrections(episode: Episode, states: Sequence[RelabelledState]) -> list[Rel
         if state.recorded == label or (is_thought(state.recorded) and is_thought(label)):
             continue
         if state.recorded.startswith(GO_TO) and label.startswith(GO_TO) and not {state.recorded, label} & seen:
+            continue
+        if not go_to and label.startswith(GO_TO):
             continue
         kept.append(state)
     return kept
@@ -200,10 +204,14 @@ class RelabelSummary:
 
 def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAULT_EVAL_SETS,
                  lost_only: bool = False, replan_detours: bool = False,
-                 corrections_only: bool = False) -> RelabelSummary:
+                 corrections_only: bool = False, go_to: bool = True) -> RelabelSummary:
     """Relabel every state of every episode of `runs` (run folders or episode files) into `out`
     (JSON lines of training examples), or only the states where the label corrects the agent
-    (`corrections_only`, see `corrections`). Refuses evaluation games like `export` does."""
+    (`corrections_only`, and `go_to` with it: see `corrections`). Refuses evaluation games like
+    `export` does."""
+    if not go_to and not corrections_only:
+        raise RelabelError("leaving out the `go to` corrections is a choice among corrections: "
+                           "give --corrections-only with --without-go-to")
     episodes = [(label, e) for label, eps in load_runs(runs) for e in in_game_order(eps) if not (lost_only and e.won)]
     _refuse_leaks([e for _, e in episodes], eval_games(exclude), exclude)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -216,7 +224,7 @@ def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAU
                 unlabelled.append(f"{episode.settings.get('game_name', episode.game)}: {exc}")
                 continue
             if corrections_only:
-                states = corrections(episode, states)
+                states = corrections(episode, states, go_to)
             for example in relabelled_examples(episode, states, label):
                 handle.write(json.dumps(example) + "\n")
                 written += 1

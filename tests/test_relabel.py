@@ -300,3 +300,18 @@ def test_corrections_are_the_states_where_the_label_differs_in_more_than_taste(l
     summary = relabel_runs([DATA], tmp_path / "corrections.jsonl", exclude=(), corrections_only=True)
     rows = [json.loads(line) for line in summary.path.read_text().splitlines()]
     assert summary.examples == len(rows) == len(kept) and not any(row["agreed"] for row in rows)
+
+
+def test_corrections_without_go_to_keep_every_other_correction(labelled, tmp_path):
+    """`--without-go-to` leaves out exactly the corrections whose label walks; with none of the
+    corrections asked for it is refused, naming the flag it needs."""
+    walks = [s for e, states in labelled for s in corrections(e, states) if s.lines[0].startswith("go to ")]
+    rest = [s for e, states in labelled for s in corrections(e, states, go_to=False)]
+    assert walks and rest and not any(s.lines[0].startswith("go to ") for s in rest)
+    assert len(walks) + len(rest) == sum(len(corrections(e, s)) for e, s in labelled)
+    summary = relabel_runs([DATA], tmp_path / "rest.jsonl", exclude=(), corrections_only=True, go_to=False)
+    rows = [json.loads(line) for line in summary.path.read_text().splitlines()]
+    assert sorted((r["game"], r["state_step"]) for r in rows) == sorted(
+        (e.game_name, s.step) for e, states in labelled for s in corrections(e, states, go_to=False))
+    with pytest.raises(RelabelError, match="--corrections-only with --without-go-to"):
+        relabel_runs([DATA], tmp_path / "none.jsonl", exclude=(), go_to=False)
