@@ -76,6 +76,7 @@ class RoundsSettings:
     replan_detours: bool = False  # dagger: a re-planning thought after every detour (`relabel --replan-detours`)
     corrections_only: bool = False  # dagger: only the states where the label corrects the model
     without_go_to: bool = False  # with corrections_only: not the corrections whose label is a `go to`
+    each_once: bool = False  # with corrections_only: each correction once per episode
     replay: int | None = None  # a round's data: its new data and this many of the last round's examples (None: all)
     replay_data: str | None = None  # where `replay` draws from instead of the last round's data
 
@@ -87,8 +88,8 @@ class RoundsSettings:
         if (self.replan_detours or self.corrections_only) and self.arm != "dagger":
             raise RoundsError("replan_detours and corrections_only change how the dagger arm relabels; "
                               f"the {self.arm} arm relabels nothing")
-        if self.without_go_to and not self.corrections_only:
-            raise RoundsError("without_go_to leaves out some corrections: it needs corrections_only")
+        if (self.without_go_to or self.each_once) and not self.corrections_only:
+            raise RoundsError("without_go_to and each_once leave out some corrections: they need corrections_only")
         if self.replay is not None and self.replay < 0:
             raise RoundsError(f"replay must be 0 or more examples, not {self.replay}")
         if self.rounds < 0:
@@ -175,7 +176,8 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
                 if settings.arm == "dagger":
                     verb = ["relabel", str(play), *(["--replan-detours"] if settings.replan_detours else []),
                             *(["--corrections-only"] if settings.corrections_only else []),
-                            *(["--without-go-to"] if settings.without_go_to else [])]
+                            *(["--without-go-to"] if settings.without_go_to else []),
+                            *(["--each-once"] if settings.each_once else [])]
                 else:
                     verb = ["export", str(play), "--rhythm", settings.rhythm]
                 steps.run([*verb, "--out", str(new)], done=data.is_file())

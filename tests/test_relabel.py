@@ -313,5 +313,18 @@ def test_corrections_without_go_to_keep_every_other_correction(labelled, tmp_pat
     rows = [json.loads(line) for line in summary.path.read_text().splitlines()]
     assert sorted((r["game"], r["state_step"]) for r in rows) == sorted(
         (e.game_name, s.step) for e, states in labelled for s in corrections(e, states, go_to=False))
-    with pytest.raises(RelabelError, match="--corrections-only with --without-go-to"):
+    with pytest.raises(RelabelError, match="give --corrections-only with them"):
         relabel_runs([DATA], tmp_path / "none.jsonl", exclude=(), go_to=False)
+
+
+def test_each_correction_once_keeps_the_first_state_it_corrects(labelled):
+    """In a loop the same correction is due at every turn; `each_once` keeps it at the first."""
+    repeated = 0
+    for episode, states in labelled:
+        every, once = corrections(episode, states), corrections(episode, states, each_once=True)
+        first = {}
+        for state in every:
+            first.setdefault(tuple(state.lines), state)
+        assert once == list(first.values())
+        repeated += len(every) - len(once)
+    assert repeated > 0

@@ -151,16 +151,18 @@ def test_a_corrections_only_round_trains_on_the_states_the_expert_corrects(toy, 
     assert "--corrections-only" in rounds_command(read_settings(out), out)
     with pytest.raises(RoundsError, match="bootstrap arm relabels nothing"):
         settings(toy, arm="bootstrap", corrections_only=True).check()
-    with pytest.raises(RoundsError, match="without_go_to .* needs corrections_only"):
-        settings(toy, without_go_to=True).check()
+    for leaving_out in ("without_go_to", "each_once"):
+        with pytest.raises(RoundsError, match="without_go_to and each_once .* need corrections_only"):
+            settings(toy, **{leaving_out: True}).check()
     # the same play, relabelled without the `go to` corrections
     walking = toy / "corrections-without-go-to"
     shutil.copytree(out / "round-0", walking / "round-0")
     shutil.copytree(out / "round-1" / "play", walking / "round-1" / "play")
-    table = run_rounds(replace(read_settings(out), without_go_to=True), walking).read_text()
+    table = run_rounds(replace(read_settings(out), without_go_to=True, each_once=True), walking).read_text()
     rest = [json.loads(line) for line in (walking / "round-1" / "new.jsonl").read_text().splitlines()]
-    assert [e["state_step"] for e in rest] == [s.step for s in kept if not s.lines[0].startswith("go to ")]
-    assert "--corrections-only --without-go-to" in table and re.search(r"relabel .*--corrections-only --without-go-to", table)
+    assert [e["state_step"] for e in rest] == [s.step for e in read_episodes(out / "round-1" / "play" / "episodes.jsonl")
+                                              for s in corrections(e, relabel_episode(e), go_to=False, each_once=True)]
+    assert re.search(r"relabel .*--corrections-only --without-go-to --each-once", table)
 
 
 def test_a_seed_model_trained_on_other_data_is_refused(toy, seed_model, tmp_path):
