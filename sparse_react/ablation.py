@@ -192,8 +192,14 @@ def adapter_readme(card: dict) -> str:
     rows = [[games, *(f"{w}/{n}" for w, n in (cells[c] for c in COLUMNS[:-1])),
              f"{cells['All'][0]}/{cells['All'][1]} ({cells['All'][0] / max(1, cells['All'][1]):.0%})"]
             for games, cells in card["results"].items()]
-    sources = ", ".join(f"{n} of `{policy}`"
-                        for policy, n in card.get("data_sources", {"search-expert": card["examples"]}).items())
+    counts = card.get("data_sources", {"search-expert": card["examples"]})
+    if "relabel-expert" in counts:  # not all whole episodes: say what each source's examples are
+        data = f"{card['examples']} training examples (" + "; ".join(
+            f"{n} of `{policy}`, " + ("states of the model's own play, each with the label that corrects it"
+                                       if policy == "relabel-expert" else "won episodes")
+            for policy, n in counts.items()) + ")"
+    else:
+        data = f"{card['examples']} won episodes (" + ", ".join(f"{n} of `{p}`" for p, n in counts.items()) + ")"
     return "\n\n".join([
         f"# The shipped {card['rhythm']} agent",
         f"A LoRA adapter (rank {settings['lora_rank']}, alpha {settings['lora_alpha'] or 2 * settings['lora_rank']}, "
@@ -204,7 +210,7 @@ def adapter_readme(card: dict) -> str:
         "## Results (success is the game's `won`)",
         markdown_table(["set", *COLUMNS], rows),
         "## Training",
-        f"{card['examples']} won episodes ({sources}) of {card['train_games']} distinct train games, none "
+        f"{data} of {card['train_games']} distinct train games, none "
         f"from an evaluation set (data sha256 `{card['data_sha256']}`, {card['data_bytes']:,} bytes); "
         f"{_continued(card.get('continued_from'))}{card['steps']} optimizer steps of "
         f"{settings['batch_size'] * settings['grad_accum']} examples, learning rate {settings['learning_rate']}, "

@@ -149,6 +149,9 @@ def test_a_corrections_only_round_trains_on_the_states_the_expert_corrects(toy, 
     assert not any(example["agreed"] for example in new)
     assert lines(out / "round-1" / "data.jsonl") == lines(out / "round-0" / "data.jsonl") + len(new)
     assert "--corrections-only" in rounds_command(read_settings(out), out)
+    shipped = ship_adapter(out / "round-1" / "model", [rounds_command(read_settings(out), out)], [], toy / "shipped")
+    assert json.loads((shipped / "sparse_react.json").read_text())["data_sources"]["relabel-expert"] == len(new) > 0
+    assert f"{len(new)} of `relabel-expert`, states of the model's own play" in (shipped / "README.md").read_text()
     with pytest.raises(RoundsError, match="bootstrap arm relabels nothing"):
         settings(toy, arm="bootstrap", corrections_only=True).check()
     for leaving_out in ("without_go_to", "each_once"):
