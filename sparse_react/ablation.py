@@ -20,6 +20,7 @@ from sparse_react.bundled import ADAPTERS_DIR
 from sparse_react.cards import (ADAPTER_CONFIG, ADAPTER_WEIGHTS, DEFAULT_ACTION_MODE, MODEL_CARD, ModelError,
                                 training_seconds)
 from sparse_react.evaluate import SETTINGS_FILE
+from sparse_react.policies.expert import RelabellingExpertPolicy
 from sparse_react.report import (
     COLUMNS, DASH, GroupStats, PairedComparison, format_number, group_stats, load_runs, markdown_table, pairs_table,
     success_rows)
@@ -193,10 +194,10 @@ def adapter_readme(card: dict) -> str:
              f"{cells['All'][0]}/{cells['All'][1]} ({cells['All'][0] / max(1, cells['All'][1]):.0%})"]
             for games, cells in card["results"].items()]
     counts = card.get("data_sources", {"search-expert": card["examples"]})
-    if "relabel-expert" in counts:  # not all whole episodes: say what each source's examples are
+    if RelabellingExpertPolicy.name in counts:  # not all whole episodes: say what each source's examples are
         data = f"{card['examples']} training examples (" + "; ".join(
             f"{n} of `{policy}`, " + ("states of the model's own play, each with the label that corrects it"
-                                       if policy == "relabel-expert" else "won episodes")
+                                       if policy == RelabellingExpertPolicy.name else "won episodes")
             for policy, n in counts.items()) + ")"
     else:
         data = f"{card['examples']} won episodes (" + ", ".join(f"{n} of `{p}`" for p, n in counts.items()) + ")"
