@@ -420,8 +420,7 @@ def relabel(
     from sparse_react.relabel import relabel_runs
 
     sets = [e.strip() for e in exclude.split(",") if e.strip()] if exclude is not None else DEFAULT_EVAL_SETS
-    summary = relabel_runs(runs, out, sets, lost_only, replan_detours, corrections_only, not without_go_to,
-                           each_once)
+    summary = relabel_runs(runs, out, sets, lost_only, replan_detours, corrections_only, without_go_to, each_once)
     typer.echo(f"wrote {summary.examples} examples from {summary.episodes} episodes to {summary.path}")
     for problem in summary.unlabelled:
         typer.echo(f"not relabelled: {problem}", err=True)

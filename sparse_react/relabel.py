@@ -153,13 +153,13 @@ def hand_over(episode: Episode, step: int, game: GameRef | None = None, budget: 
     return handed
 
 
-def corrections(episode: Episode, states: Sequence[RelabelledState], go_to: bool = True,
+def corrections(episode: Episode, states: Sequence[RelabelledState], without_go_to: bool = False,
                 each_once: bool = False) -> list[RelabelledState]:
     """The states where the label corrects the agent rather than differing in taste: not two
     thoughts in other words, and not two ways to go on searching (both lines going to places the
     episode has not been to yet, which the expert chooses among by likelihood, not by knowledge).
     Kept: a return to a place seen before, an action the agent walked past, a thought where it acted;
-    with `go_to=False` only those whose label is not a `go to` (most such labels send the agent back
+    with `without_go_to` only those whose label is not a `go to` (most such labels send the agent back
     after a wandering prefix, and training on them taught the sparse model to cycle); with
     `each_once` each label only at the first state it corrects (a loop repeats one mistake, and its
     correction at every turn of the loop outweighs every other)."""
@@ -171,7 +171,7 @@ def corrections(episode: Episode, states: Sequence[RelabelledState], go_to: bool
             continue
         if state.recorded.startswith(GO_TO) and label.startswith(GO_TO) and not {state.recorded, label} & seen:
             continue
-        if not go_to and label.startswith(GO_TO):
+        if without_go_to and label.startswith(GO_TO):
             continue
         if each_once and tuple(state.lines) in given:
             continue
@@ -210,12 +210,12 @@ class RelabelSummary:
 
 def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAULT_EVAL_SETS,
                  lost_only: bool = False, replan_detours: bool = False,
-                 corrections_only: bool = False, go_to: bool = True, each_once: bool = False) -> RelabelSummary:
+                 corrections_only: bool = False, without_go_to: bool = False, each_once: bool = False) -> RelabelSummary:
     """Relabel every state of every episode of `runs` (run folders or episode files) into `out`
     (JSON lines of training examples), or only the states where the label corrects the agent
-    (`corrections_only`, and `go_to` and `each_once` with it: see `corrections`). Refuses
+    (`corrections_only`, and `without_go_to` and `each_once` with it: see `corrections`). Refuses
     evaluation games like `export` does."""
-    if (not go_to or each_once) and not corrections_only:
+    if (without_go_to or each_once) and not corrections_only:
         raise RelabelError("--without-go-to and --each-once choose among corrections: give --corrections-only with them")
     episodes = [(label, e) for label, eps in load_runs(runs) for e in in_game_order(eps) if not (lost_only and e.won)]
     _refuse_leaks([e for _, e in episodes], eval_games(exclude), exclude)
@@ -229,7 +229,7 @@ def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAU
                 unlabelled.append(f"{episode.settings.get('game_name', episode.game)}: {exc}")
                 continue
             if corrections_only:
-                states = corrections(episode, states, go_to, each_once)
+                states = corrections(episode, states, without_go_to, each_once)
             for example in relabelled_examples(episode, states, label):
                 handle.write(json.dumps(example) + "\n")
                 written += 1

@@ -306,15 +306,15 @@ def test_corrections_without_go_to_keep_every_other_correction(labelled, tmp_pat
     """`--without-go-to` leaves out exactly the corrections whose label walks; with none of the
     corrections asked for it is refused, naming the flag it needs."""
     walks = [s for e, states in labelled for s in corrections(e, states) if s.lines[0].startswith("go to ")]
-    rest = [s for e, states in labelled for s in corrections(e, states, go_to=False)]
+    rest = [s for e, states in labelled for s in corrections(e, states, without_go_to=True)]
     assert walks and rest and not any(s.lines[0].startswith("go to ") for s in rest)
     assert len(walks) + len(rest) == sum(len(corrections(e, s)) for e, s in labelled)
-    summary = relabel_runs([DATA], tmp_path / "rest.jsonl", exclude=(), corrections_only=True, go_to=False)
+    summary = relabel_runs([DATA], tmp_path / "rest.jsonl", exclude=(), corrections_only=True, without_go_to=True)
     rows = [json.loads(line) for line in summary.path.read_text().splitlines()]
     assert sorted((r["game"], r["state_step"]) for r in rows) == sorted(
-        (e.game_name, s.step) for e, states in labelled for s in corrections(e, states, go_to=False))
+        (e.game_name, s.step) for e, states in labelled for s in corrections(e, states, without_go_to=True))
     with pytest.raises(RelabelError, match="give --corrections-only with them"):
-        relabel_runs([DATA], tmp_path / "none.jsonl", exclude=(), go_to=False)
+        relabel_runs([DATA], tmp_path / "none.jsonl", exclude=(), without_go_to=True)
 
 
 def test_each_correction_once_keeps_the_first_state_it_corrects(labelled):

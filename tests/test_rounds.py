@@ -164,7 +164,7 @@ def test_a_corrections_only_round_trains_on_the_states_the_expert_corrects(toy, 
     table = run_rounds(replace(read_settings(out), without_go_to=True, each_once=True), walking).read_text()
     rest = [json.loads(line) for line in (walking / "round-1" / "new.jsonl").read_text().splitlines()]
     assert [e["state_step"] for e in rest] == [s.step for e in read_episodes(out / "round-1" / "play" / "episodes.jsonl")
-                                              for s in corrections(e, relabel_episode(e), go_to=False, each_once=True)]
+                                              for s in corrections(e, relabel_episode(e), without_go_to=True, each_once=True)]
     assert re.search(r"relabel .*--corrections-only --without-go-to --each-once", table)
 
 
