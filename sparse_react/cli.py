@@ -517,7 +517,9 @@ def rounds(
                                                            "on all of both."),
     replay_data: Optional[Path] = typer.Option(None, help="Draw the --replay examples from this file instead of the "
                                                           "last round's data (e.g. for a seed model whose own data "
-                                                          "cannot be rebuilt)."),
+                                                          "cannot be rebuilt; what that data taught, such as an "
+                                                          "earlier round's corrections, is then not trained on "
+                                                          "again: give it as --seed-data instead to keep it)."),
 ) -> None:
     """Learn from the model's own play: play, relabel (or keep the wins), retrain, evaluate, round after round."""
     from sparse_react.rhythms import get_rhythm
