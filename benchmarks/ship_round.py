@@ -2,11 +2,12 @@
 
 Copies round K's adapter (default: the last round) into `sparse_react/adapters/<rhythm>/`, where
 `--policy hf` finds it, with a card: the commands that made it (round 0's own, when round 0 was a
-copied seed model, or those of the shipped adapter with round 0's very weights; then the `rounds`
-command that resumes the folder), where its training data came
-from, the training it continued, and the results of the round's evaluations and of any evaluation
-run of it made apart (`--eval RUN --command "sparse-react eval ..."`); and a README. Commands that
-made the rounds' inputs (`--before "sparse-react games generate ..."`) go before the `rounds` command.
+copied seed model: its card's, those of the rounds folder it was a round of, or those of the shipped
+adapter with its very weights; then the `rounds` command that resumes the folder), where its
+training data came from, the training it continued, and the results of the round's evaluations and
+of any evaluation run of it made apart (`--eval RUN --command "sparse-react eval ..."`); and a
+README. Commands that made the rounds' inputs (`--before "sparse-react games generate ..."`) go
+before the `rounds` command.
 
     python benchmarks/ship_round.py runs/rounds-bootstrap [--round 1] [--before CMD]... [--eval RUN --command CMD]...
 """
@@ -17,11 +18,12 @@ import argparse
 import filecmp
 import json
 from pathlib import Path
+from typing import Sequence
 
 from sparse_react.ablation import ship_adapter
 from sparse_react.bundled import ADAPTERS_DIR
 from sparse_react.cards import ADAPTER_WEIGHTS, MODEL_CARD
-from sparse_react.rounds import eval_run, read_settings, rounds_command
+from sparse_react.rounds import eval_run, read_settings, rounds_command, seed_rounds
 
 
 def seed_commands(round0: Path, rhythm: str) -> list[str]:
@@ -33,6 +35,18 @@ def seed_commands(round0: Path, rhythm: str) -> list[str]:
             shipped / ADAPTER_WEIGHTS, round0 / ADAPTER_WEIGHTS, shallow=False):
         commands = json.loads((shipped / MODEL_CARD).read_text()).get("commands", [])
     return commands
+
+
+def made_by(rounds: Path, before: Sequence[str] = ()) -> list[str]:
+    """The commands that made a rounds folder's models: round 0's (followed into the rounds folder
+    its seed model came from, if it is one of those), the `before` commands, the `rounds` command."""
+    settings = read_settings(rounds)
+    origin = seed_rounds(settings)
+    seed = made_by(origin) if origin else seed_commands(rounds / "round-0" / "model", settings.rhythm)
+    replaced = bool(settings.seed_model) and Path(settings.seed_model).resolve() == (ADAPTERS_DIR / settings.rhythm).resolve()
+    return [*([f"# round 0 of {rounds} was made and measured by these commands:", *seed, "# then, from it:"] if seed else []),
+            *([f"# (--seed-model {settings.seed_model} held that adapter then; this one replaced it there)"] if replaced else []),
+            *before, rounds_command(settings, rounds)]
 
 
 def main() -> None:
@@ -48,12 +62,7 @@ def main() -> None:
     args = parser.parse_args()
     settings = read_settings(args.rounds)
     folder = args.rounds / f"round-{settings.rounds if args.round is None else args.round}"
-    seed = seed_commands(args.rounds / "round-0" / "model", settings.rhythm)
-    replaced = bool(settings.seed_model) and Path(settings.seed_model).resolve() == (ADAPTERS_DIR / settings.rhythm).resolve()
-    commands = [*([f"# round 0 of {args.rounds} was made and measured by these commands:", *seed, "# then, from it:"]
-                  if seed else []),
-                *([f"# (--seed-model {settings.seed_model} held that adapter then; this one replaced it there)"] if replaced else []),
-                *args.before, rounds_command(settings, args.rounds), *args.command]
+    commands = [*made_by(args.rounds, args.before), *args.command]
     runs = [*(eval_run(folder, games) for games in settings.eval_sets), *args.eval]
     print(f"shipped: {ship_adapter(folder / 'model', commands, runs)}")
 

@@ -132,6 +132,15 @@ def read_settings(out: Path) -> RoundsSettings:
     return RoundsSettings(**{**stored, "eval_sets": tuple(stored["eval_sets"])})
 
 
+def seed_rounds(settings: RoundsSettings) -> Path | None:
+    """The rounds folder the seed model is a round of (its `round-K/model`), if it is one."""
+    if not settings.seed_model:
+        return None
+    model = Path(settings.seed_model)
+    folder, is_round = model.parent.parent, model.name == "model" and model.parent.name.startswith("round-")
+    return folder if is_round and (folder / SETTINGS).is_file() else None
+
+
 def rounds_command(settings: RoundsSettings, out: Path) -> str:
     """The `sparse-react rounds` command line that makes (or resumes) `out` with these settings."""
     args = ["rounds"]
@@ -291,10 +300,12 @@ def rounds_markdown(out: Path, settings: RoundsSettings, commands: Sequence[str]
               "thoughts played"]
     pair_header = ["rounds", "set", "games", "both won", "only the earlier won", "only the later won",
                    "p (exact McNemar)"]
+    origin = seed_rounds(settings)
+    holder = f"a round of {origin}: its rounds.md" if origin else "its card"
     return "\n\n".join([
         f"# Rounds: {settings.arm}, {settings.rhythm} rhythm, "
         + ("retrained from the base" if settings.retrain == "base" else "trained on from the last round's adapter"),
-        *([f"Round 0's model is {settings.seed_model}, copied (its card holds the commands that made it)."]
+        *([f"Round 0's model is {settings.seed_model}, copied ({holder} holds the commands that made it)."]
           if settings.seed_model else []),
         markdown_table(header, rows),
         "Thoughts in new: the share of the trained lines of the round's new data (round 0: the seed data, if given) "

@@ -227,18 +227,28 @@ def test_a_seed_model_without_its_data_replays_from_a_file_of_its_own(toy, seed_
         replace(chosen, seed_model=str(tmp_path)).check()
 
 
-def test_ship_round_takes_round_0s_commands_from_the_shipped_adapter_with_its_weights(tmp_path):
+def ship_round_script():
+    """benchmarks/ship_round.py as a module (it is a script of the source checkout, not of the package)."""
     import importlib.util
 
     from sparse_react.bundled import ADAPTERS_DIR
-    from sparse_react.cards import ADAPTER_WEIGHTS, MODEL_CARD
 
     script = ADAPTERS_DIR.parents[1] / "benchmarks" / "ship_round.py"
-    if not script.is_file() or not (ADAPTERS_DIR / "sparse" / ADAPTER_WEIGHTS).is_file():
-        pytest.skip("needs a source checkout with a shipped sparse adapter")
+    if not script.is_file():
+        pytest.skip("needs a source checkout (benchmarks/ship_round.py)")
     spec = importlib.util.spec_from_file_location("ship_round", script)
-    ship_round = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ship_round)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ship_round_takes_round_0s_commands_from_the_shipped_adapter_with_its_weights(tmp_path):
+    from sparse_react.bundled import ADAPTERS_DIR
+    from sparse_react.cards import ADAPTER_WEIGHTS, MODEL_CARD
+
+    ship_round = ship_round_script()
+    if not (ADAPTERS_DIR / "sparse" / ADAPTER_WEIGHTS).is_file():
+        pytest.skip("needs a shipped sparse adapter")
     shipped = json.loads((ADAPTERS_DIR / "sparse" / MODEL_CARD).read_text())
     copy = tmp_path / "round-0"  # a training run's folder: the same weights, a card without commands
     copy.mkdir()
@@ -247,3 +257,14 @@ def test_ship_round_takes_round_0s_commands_from_the_shipped_adapter_with_its_we
     assert shipped["commands"] and ship_round.seed_commands(copy, "sparse") == shipped["commands"]
     (copy / ADAPTER_WEIGHTS).write_bytes(b"other weights")
     assert ship_round.seed_commands(copy, "sparse") == []
+
+
+def test_a_seed_model_from_other_rounds_is_traced_to_their_commands(toy, seed_model, tmp_path):
+    ship_round = ship_round_script()
+    out = tmp_path / "next"  # round 0 alone: the seed model (round 0 of toy/zero) copied
+    table = run_rounds(settings(toy, rounds=0, eval_sets=(), seed_model=str(seed_model)), out)
+    assert f"a round of {toy / 'zero'}: its rounds.md holds the commands" in table.read_text()
+    assert ship_round.made_by(out, ["sparse-react games generate --out g"]) == [
+        f"# round 0 of {out} was made and measured by these commands:",
+        rounds_command(read_settings(toy / "zero"), toy / "zero"), "# then, from it:",
+        "sparse-react games generate --out g", rounds_command(read_settings(out), out)]
