@@ -411,6 +411,9 @@ def relabel(
                                        "corrections whose label is a `go to` (mostly returns to a searched place)."),
     each_once: bool = typer.Option(False, "--each-once", help="With --corrections-only: each correction only at "
                                    "the first state of an episode it corrects, not again at every turn of a loop."),
+    each_correction_once: bool = typer.Option(False, "--each-correction-once", help="With --corrections-only: like "
+                                              "--each-once, a correcting thought counted by its first sentence (what "
+                                              "it corrects), whatever plan and action follow it."),
     exclude: Optional[str] = typer.Option(None, help="Comma-separated evaluation sets whose games may not be "
                                                      "relabelled (default: valid_unseen, valid_seen, alfworld:valid_*)."),
 ) -> None:
@@ -420,7 +423,8 @@ def relabel(
     from sparse_react.relabel import relabel_runs
 
     sets = [e.strip() for e in exclude.split(",") if e.strip()] if exclude is not None else DEFAULT_EVAL_SETS
-    summary = relabel_runs(runs, out, sets, lost_only, replan_detours, corrections_only, without_go_to, each_once)
+    summary = relabel_runs(runs, out, sets, lost_only, replan_detours, corrections_only, without_go_to, each_once,
+                           each_correction_once)
     typer.echo(f"wrote {summary.examples} examples from {summary.episodes} episodes to {summary.path}")
     for problem in summary.unlabelled:
         typer.echo(f"not relabelled: {problem}", err=True)
@@ -512,6 +516,9 @@ def rounds(
                                        "corrections whose label is a `go to` (`relabel --without-go-to`)."),
     each_once: bool = typer.Option(False, "--each-once", help="With --corrections-only: each correction once per "
                                    "episode (`relabel --each-once`)."),
+    each_correction_once: bool = typer.Option(False, "--each-correction-once", help="With --corrections-only: each "
+                                              "correction once per episode, a thought by its first sentence "
+                                              "(`relabel --each-correction-once`)."),
     replay: Optional[int] = typer.Option(None, min=0, help="Train each round on its new data and this many examples "
                                                            "drawn (a fixed draw) from the last round's data, instead of "
                                                            "on all of both."),
@@ -530,7 +537,8 @@ def rounds(
                               eval_limit, max_steps, base, train_steps, learning_rate, lora_rank, max_length, batch,
                               train_filter=train_filter, seed_model=str(seed_model) if seed_model else None,
                               replan_detours=replan_detours, corrections_only=corrections_only,
-                              without_go_to=without_go_to, each_once=each_once, replay=replay,
+                              without_go_to=without_go_to, each_once=each_once,
+                              each_correction_once=each_correction_once, replay=replay,
                               replay_data=str(replay_data) if replay_data else None)
     path = run_rounds(settings, out)
     typer.echo(path.read_text())

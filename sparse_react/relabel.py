@@ -154,7 +154,7 @@ def hand_over(episode: Episode, step: int, game: GameRef | None = None, budget: 
 
 
 def corrections(episode: Episode, states: Sequence[RelabelledState], without_go_to: bool = False,
-                each_once: bool = False) -> list[RelabelledState]:
+                each_once: bool = False, each_correction_once: bool = False) -> list[RelabelledState]:
     """The states where the label corrects the agent rather than differing in taste: not two
     thoughts in other words, and not two ways to go on searching (both lines going to places the
     episode has not been to yet, which the expert chooses among by likelihood, not by knowledge).
@@ -162,7 +162,10 @@ def corrections(episode: Episode, states: Sequence[RelabelledState], without_go_
     with `without_go_to` only those whose label is not a `go to` (most such labels send the agent back
     after a wandering prefix, and training on them taught the sparse model to cycle); with
     `each_once` each label only at the first state it corrects (a loop repeats one mistake, and its
-    correction at every turn of the loop outweighs every other)."""
+    correction at every turn of the loop outweighs every other); with `each_correction_once` each
+    correction at its first state by the label's first sentence, what it corrects, whatever plan and
+    action follow (a false claim is corrected at every later turn, each time with the places searched
+    so far and the agent's next action: different labels, one correction)."""
     kept, given = [], set()
     for state in states:
         seen = {entry.text for entry in episode.entries[: state.step - 1] if entry.text.startswith(GO_TO)}
@@ -173,9 +176,10 @@ def corrections(episode: Episode, states: Sequence[RelabelledState], without_go_
             continue
         if without_go_to and label.startswith(GO_TO):
             continue
-        if each_once and tuple(state.lines) in given:
+        key = label.split(". ")[0] if each_correction_once else tuple(state.lines)
+        if (each_once or each_correction_once) and key in given:
             continue
-        given.add(tuple(state.lines))
+        given.add(key)
         kept.append(state)
     return kept
 
@@ -210,13 +214,16 @@ class RelabelSummary:
 
 def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAULT_EVAL_SETS,
                  lost_only: bool = False, replan_detours: bool = False,
-                 corrections_only: bool = False, without_go_to: bool = False, each_once: bool = False) -> RelabelSummary:
+                 corrections_only: bool = False, without_go_to: bool = False, each_once: bool = False,
+                 each_correction_once: bool = False) -> RelabelSummary:
     """Relabel every state of every episode of `runs` (run folders or episode files) into `out`
     (JSON lines of training examples), or only the states where the label corrects the agent
-    (`corrections_only`, and `without_go_to` and `each_once` with it: see `corrections`). Refuses
+    (`corrections_only`, and `without_go_to`, `each_once` and `each_correction_once` with it: see
+    `corrections`). Refuses
     evaluation games like `export` does."""
-    if (without_go_to or each_once) and not corrections_only:
-        raise RelabelError("--without-go-to and --each-once choose among corrections: give --corrections-only with them")
+    if (without_go_to or each_once or each_correction_once) and not corrections_only:
+        raise RelabelError("--without-go-to, --each-once and --each-correction-once choose among corrections: "
+                           "give --corrections-only with them")
     episodes = [(label, e) for label, eps in load_runs(runs) for e in in_game_order(eps) if not (lost_only and e.won)]
     _refuse_leaks([e for _, e in episodes], eval_games(exclude), exclude)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -229,7 +236,7 @@ def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAU
                 unlabelled.append(f"{episode.settings.get('game_name', episode.game)}: {exc}")
                 continue
             if corrections_only:
-                states = corrections(episode, states, without_go_to, each_once)
+                states = corrections(episode, states, without_go_to, each_once, each_correction_once)
             for example in relabelled_examples(episode, states, label):
                 handle.write(json.dumps(example) + "\n")
                 written += 1

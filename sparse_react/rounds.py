@@ -77,6 +77,7 @@ class RoundsSettings:
     corrections_only: bool = False  # dagger: only the states where the label corrects the model
     without_go_to: bool = False  # with corrections_only: not the corrections whose label is a `go to`
     each_once: bool = False  # with corrections_only: each correction once per episode
+    each_correction_once: bool = False  # the same, a correcting thought counted by its first sentence
     replay: int | None = None  # a round's data: its new data and this many of the last round's examples (None: all)
     replay_data: str | None = None  # where `replay` draws from instead of the last round's data
 
@@ -88,8 +89,9 @@ class RoundsSettings:
         if (self.replan_detours or self.corrections_only) and self.arm != "dagger":
             raise RoundsError("replan_detours and corrections_only change how the dagger arm relabels; "
                               f"the {self.arm} arm relabels nothing")
-        if (self.without_go_to or self.each_once) and not self.corrections_only:
-            raise RoundsError("without_go_to and each_once leave out some corrections: they need corrections_only")
+        if (self.without_go_to or self.each_once or self.each_correction_once) and not self.corrections_only:
+            raise RoundsError("without_go_to, each_once and each_correction_once leave out some corrections: "
+                              "they need corrections_only")
         if self.replay is not None and self.replay < 0:
             raise RoundsError(f"replay must be 0 or more examples, not {self.replay}")
         if self.rounds < 0:
@@ -186,7 +188,8 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
                     verb = ["relabel", str(play), *(["--replan-detours"] if settings.replan_detours else []),
                             *(["--corrections-only"] if settings.corrections_only else []),
                             *(["--without-go-to"] if settings.without_go_to else []),
-                            *(["--each-once"] if settings.each_once else [])]
+                            *(["--each-once"] if settings.each_once else []),
+                            *(["--each-correction-once"] if settings.each_correction_once else [])]
                 else:
                     verb = ["export", str(play), "--rhythm", settings.rhythm]
                 steps.run([*verb, "--out", str(new)], done=data.is_file())

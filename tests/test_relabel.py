@@ -328,3 +328,17 @@ def test_each_correction_once_keeps_the_first_state_it_corrects(labelled):
         assert once == list(first.values())
         repeated += len(every) - len(once)
     assert repeated > 0
+
+
+def test_each_correction_once_counts_a_correcting_thought_by_what_it_corrects(labelled, tmp_path):
+    """A false claim is corrected at every later turn, each label naming the places searched so far
+    and the next action: `each_correction_once` keeps that correction once."""
+    fewer = 0
+    for episode, states in labelled:
+        once, by_correction = corrections(episode, states, each_once=True), corrections(episode, states, each_correction_once=True)
+        corrected = [state.lines[0].split(". ")[0] for state in by_correction]
+        assert len(corrected) == len(set(corrected)) and all(state in once for state in by_correction)
+        fewer += len(once) - len(by_correction)
+    assert fewer > 0
+    with pytest.raises(RelabelError, match="give --corrections-only with them"):
+        relabel_runs([DATA], tmp_path / "none.jsonl", exclude=(), each_correction_once=True)

@@ -154,8 +154,8 @@ def test_a_corrections_only_round_trains_on_the_states_the_expert_corrects(toy, 
     assert f"{len(new)} of `relabel-expert`, states of the model's own play" in (shipped / "README.md").read_text()
     with pytest.raises(RoundsError, match="bootstrap arm relabels nothing"):
         settings(toy, arm="bootstrap", corrections_only=True).check()
-    for leaving_out in ("without_go_to", "each_once"):
-        with pytest.raises(RoundsError, match="without_go_to and each_once .* need corrections_only"):
+    for leaving_out in ("without_go_to", "each_once", "each_correction_once"):
+        with pytest.raises(RoundsError, match="without_go_to, each_once and each_correction_once .* need corrections_only"):
             settings(toy, **{leaving_out: True}).check()
     # the same play, relabelled without the `go to` corrections
     walking = toy / "corrections-without-go-to"
