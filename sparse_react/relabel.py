@@ -219,8 +219,7 @@ def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAU
     """Relabel every state of every episode of `runs` (run folders or episode files) into `out`
     (JSON lines of training examples), or only the states where the label corrects the agent
     (`corrections_only`, and `without_go_to`, `each_once` and `each_correction_once` with it: see
-    `corrections`). Refuses
-    evaluation games like `export` does."""
+    `corrections`). Refuses evaluation games like `export` does."""
     if (without_go_to or each_once or each_correction_once) and not corrections_only:
         raise RelabelError("--without-go-to, --each-once and --each-correction-once choose among corrections: "
                            "give --corrections-only with them")

@@ -317,7 +317,7 @@ def test_corrections_without_go_to_keep_every_other_correction(labelled, tmp_pat
         relabel_runs([DATA], tmp_path / "none.jsonl", exclude=(), without_go_to=True)
 
 
-def test_each_correction_once_keeps_the_first_state_it_corrects(labelled):
+def test_each_once_keeps_the_first_state_a_label_corrects(labelled):
     """In a loop the same correction is due at every turn; `each_once` keeps it at the first."""
     repeated = 0
     for episode, states in labelled:
@@ -335,7 +335,8 @@ def test_each_correction_once_counts_a_correcting_thought_by_what_it_corrects(la
     and the next action: `each_correction_once` keeps that correction once."""
     fewer = 0
     for episode, states in labelled:
-        once, by_correction = corrections(episode, states, each_once=True), corrections(episode, states, each_correction_once=True)
+        once = corrections(episode, states, each_once=True)
+        by_correction = corrections(episode, states, each_correction_once=True)
         corrected = [state.lines[0].split(". ")[0] for state in by_correction]
         assert len(corrected) == len(set(corrected)) and all(state in once for state in by_correction)
         fewer += len(once) - len(by_correction)

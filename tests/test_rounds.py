@@ -161,11 +161,12 @@ def test_a_corrections_only_round_trains_on_the_states_the_expert_corrects(toy, 
     walking = toy / "corrections-without-go-to"
     shutil.copytree(out / "round-0", walking / "round-0")
     shutil.copytree(out / "round-1" / "play", walking / "round-1" / "play")
-    table = run_rounds(replace(read_settings(out), without_go_to=True, each_once=True), walking).read_text()
+    chosen = dict(without_go_to=True, each_once=True, each_correction_once=True)
+    table = run_rounds(replace(read_settings(out), **chosen), walking).read_text()
     rest = [json.loads(line) for line in (walking / "round-1" / "new.jsonl").read_text().splitlines()]
     assert [e["state_step"] for e in rest] == [s.step for e in read_episodes(out / "round-1" / "play" / "episodes.jsonl")
-                                              for s in corrections(e, relabel_episode(e), without_go_to=True, each_once=True)]
-    assert re.search(r"relabel .*--corrections-only --without-go-to --each-once", table)
+                                              for s in corrections(e, relabel_episode(e), **chosen)]
+    assert re.search(r"relabel .*--corrections-only --without-go-to --each-once --each-correction-once", table)
 
 
 def test_a_seed_model_trained_on_other_data_is_refused(toy, seed_model, tmp_path):
