@@ -232,7 +232,8 @@ def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAU
             try:
                 states = relabel_episode(episode, replan_detours=replan_detours)
             except (RelabelError, ExpertError) as exc:
-                unlabelled.append(str(exc))  # names the game
+                name = episode.settings.get('game_name', episode.game)
+                unlabelled.append(str(exc) if name in str(exc) else f"{name}: {exc}")
                 continue
             if corrections_only:
                 states = corrections(episode, states, without_go_to, each_once, each_correction_once)
