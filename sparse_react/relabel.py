@@ -22,7 +22,7 @@ from sparse_react.export import (DATA_FORMAT, DEFAULT_EVAL_SETS, _refuse_leaks, 
                                  in_game_order)
 from sparse_react.games.catalog import BUNDLED_SPLITS, GameRef, GameSetError, alfworld_data_dir, bundled_games_dir, game_ref
 from sparse_react.lines import THOUGHT_REPLY, Kind, is_thought, thought_line
-from sparse_react.policies.expert import ExpertError, Label, RelabellingExpertPolicy
+from sparse_react.policies.expert import Label, RelabellingExpertPolicy
 from sparse_react.report import load_runs
 from sparse_react.resume import ReplayPolicy
 from sparse_react.trajectory import Entry, Episode, RecordError
@@ -127,7 +127,8 @@ class _LabellingReplay:
 def relabel_episode(episode: Episode, game: GameRef | None = None, env: HouseholdEnv | None = None,
                     replan_detours: bool = False) -> list[RelabelledState]:
     """The relabelling expert's label at every state of a recorded episode (before each entry);
-    `replan_detours` as in `RelabellingExpertPolicy`."""
+    `replan_detours` as in `RelabellingExpertPolicy`. A record it cannot relabel (its game missing,
+    a state no label exists for) raises `RelabelError` naming the game."""
     game = game or episode_game(episode)
     replay = _LabellingReplay(list(episode.entries), replan_detours)
     replayed = run_episode(_env_for(game, env), replay, game, episode.rhythm, episode.prompt_variant,
@@ -231,9 +232,8 @@ def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAU
         for label, episode in episodes:
             try:
                 states = relabel_episode(episode, replan_detours=replan_detours)
-            except (RelabelError, ExpertError) as exc:
-                name = episode.settings.get('game_name', episode.game)
-                unlabelled.append(str(exc) if name in str(exc) else f"{name}: {exc}")
+            except RelabelError as exc:  # it names the game
+                unlabelled.append(str(exc))
                 continue
             if corrections_only:
                 states = corrections(episode, states, without_go_to, each_once, each_correction_once)
