@@ -239,10 +239,10 @@ def test_real_alfworld_model_episode_relabels_and_hands_over(alfworld_json):
 def test_a_record_the_expert_cannot_go_on_from_is_reported_once_by_name(alfworld_json, tmp_path):
     """A model took a paper towel roll for a hand towel in an ALFWorld train game whose rules let it
     be put down nowhere: no label exists after that, so the record is reported, not half relabelled."""
-    from sparse_react.games.catalog import find_games
+    from sparse_react.games.catalog import game_ref
 
     name = "pick_and_place_simple-HandTowel-None-Toilet-427/trial_T20190907_173931_537125"
-    [game] = [g for g in find_games("alfworld:train", task_types=["pick_and_place_simple"]) if g.name == name]
+    game = game_ref(alfworld_json / "train" / name / "game.tw-pddl")
     record = run_episode(HouseholdEnv([game]), ScriptedPolicy(["go to toilet 1", "take papertowelroll 1 from toilet 1",
                                                                "go to countertop 1"]), game, "sparse")
     assert record.entries[2].observation.startswith("You arrive at countertop 1") and not record.won
