@@ -37,6 +37,8 @@ API_HELP = ("With --endpoint: completions (this package's rendering; scored or f
             "template; free only).")
 TOKENIZER_HELP = ("With --endpoint and the completions API: a local model folder, .gguf file or base whose chat "
                   "template frames the prompt's head (default: none, plain text).")
+STEER_ENDPOINT_HELP = ("The OpenAI-compatible server that carries on an episode a served model played (its key, if "
+                       "any, from $OPENAI_API_KEY); the endpoint a record names is never contacted.")
 DEFAULT_MODEL_BATCH = 16  # episodes decided together (benchmarks/bench_batch.py: 8 gave 1.95x one at a time)
 
 
@@ -238,6 +240,7 @@ def resume(
     edit: Tuple[int, str] = typer.Option((0, ""), help="STEP THOUGHT: replace the thought at STEP (1-based)."),
     insert: Tuple[int, str] = typer.Option((0, ""), help="STEP THOUGHT: insert a thought before STEP."),
     policy: Optional[str] = typer.Option(None, help="Who carries on (default: the recorded policy)."),
+    endpoint: Optional[str] = typer.Option(None, help=STEER_ENDPOINT_HELP),
     seed: int = typer.Option(0, help="Seed of the random policy."),
     out: Optional[Path] = typer.Option(None, help="Where to append the resumed episode (default: RECORD)."),
 ) -> None:
@@ -251,7 +254,7 @@ def resume(
         raise RecordError("give exactly one of --edit STEP THOUGHT or --insert STEP THOUGHT")
     step, thought = edit if edit[0] else insert
     old = load_episode(record, episode)
-    chosen = make_policy(policy, seed) if policy else policy_from_spec(old.policy, old.policy_spec, seed)
+    chosen = make_policy(policy, seed) if policy else policy_from_spec(old.policy, old.policy_spec, seed, endpoint)
     new, mismatches = resume_episode(record, episode, step, thought, chosen, insert=bool(insert[0]), old=old)
     for entry in new.entries:
         _print_entry(entry)
@@ -359,13 +362,19 @@ def report(
 def view(
     runs: list[Path] = typer.Argument(..., help="Run folders (or episode .jsonl files) to show; the only files read or written."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (default: this machine only)."),
-    port: int = typer.Option(8000, min=0, max=65535, help="Port to listen on."),
+    port: int = typer.Option(8000, min=0, max=65535, help="Port to listen on (0: any free one)."),
+    allow_remote: bool = typer.Option(False, "--allow-remote", help="Allow a --host beyond loopback: anyone who can "
+                                      "reach it needs the token printed at start."),
+    allow_host: list[str] = typer.Option([], "--allow-host", help="Another name the view answers to (a DNS name of "
+                                         "this machine); repeatable."),
+    endpoint: Optional[str] = typer.Option(None, help=STEER_ENDPOINT_HELP),
     static: Optional[Path] = typer.Option(None, "--static", help="Write the pages as plain files into this folder "
                                           "(no steering) instead of serving them."),
 ) -> None:
     """Open runs in a browser: the report, episodes with filters, one episode, two side by side, and
     editing a thought to resume."""
-    from sparse_react.view import LOOPBACK_NAMES, create_app, export_static
+    from sparse_react.view import create_app, export_static
+    from sparse_react.view.serve import Listener
 
     if static is not None:
         written = export_static(runs, static)
@@ -373,9 +382,13 @@ def view(
         return
     import uvicorn
 
-    app_ = create_app(runs, allowed_hosts=LOOPBACK_NAMES if host in LOOPBACK_NAMES else ("*",))
-    typer.echo(f"sparse-react view: http://{host}:{port}/ (Ctrl-C to stop)")
-    uvicorn.run(app_, host=host, port=port, log_level="warning")
+    listener = Listener.open(host, port, allow_remote, allow_host)
+    if listener.token:
+        typer.echo(f"warning: listening on {host}, beyond this machine: anyone who can reach it and holds the token "
+                   "below can read these runs and steer them", err=True)
+    app_ = create_app(runs, allowed_hosts=listener.names, token=listener.token, endpoint=endpoint)
+    typer.echo(f"sparse-react view: {listener.url} (Ctrl-C to stop)")
+    uvicorn.Server(uvicorn.Config(app_, log_level="warning")).run(sockets=[listener.socket])
 
 
 @app.command("export")

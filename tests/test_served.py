@@ -143,7 +143,9 @@ def test_chat_api_keeps_the_rhythm_and_a_record_rebuilds_the_policy(hf_server, t
     policy = served(hf_server, tiny_folder, action_mode="free", api="chat")
     episode = run_episode(HouseholdEnv(sample), policy, sample[0], "dense", rules=LoopRules(max_steps=6))
     assert episode.error is None and [e.kind for e in episode.entries] == [Kind.THOUGHT, Kind.ACTION] * 3
-    again = policy_from_spec(episode.policy, episode.policy_spec)
+    with pytest.raises(PolicyError, match="never contacted.*--endpoint URL"):
+        policy_from_spec(episode.policy, episode.policy_spec)  # a record's endpoint is not trusted
+    again = policy_from_spec(episode.policy, episode.policy_spec, endpoint=hf_server.url)
     assert isinstance(again, ServedPolicy) and again.spec() == policy.spec()
 
 

@@ -399,7 +399,7 @@ def test_steering_a_scripted_run_carries_on_with_the_script_its_settings_name(ru
     from sparse_react.view import create_app
 
     scripted = shutil.copytree(run_dirs[1], tmp_path / "scripted")
-    client = TestClient(create_app([scripted]))
+    client = TestClient(create_app([scripted]), base_url="http://127.0.0.1")
     response = client.post("/runs/0/episodes/1/steer", follow_redirects=False,
                            data={"step": "1", "thought": "the laptop is on the desk", "mode": "edit"})
     assert response.status_code == 303, response.text
@@ -422,7 +422,7 @@ def test_a_run_that_has_only_begun_shows_its_episodes_as_they_come(run_dirs, tmp
     run = tmp_path / "begun"
     run.mkdir()
     shutil.copy(run_dirs[0] / "settings.json", run)  # what `eval --out` writes before its first episode
-    client = TestClient(create_app([run]))
+    client = TestClient(create_app([run]), base_url="http://127.0.0.1")
     assert "No episodes yet: reload while the run is written" in client.get("/").text
     lines = (run_dirs[0] / "episodes.jsonl").read_text().splitlines(keepends=True)
     (run / "episodes.jsonl").write_text("".join(lines[:2]))

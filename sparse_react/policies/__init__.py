@@ -55,11 +55,14 @@ SERVED_SETTINGS = ("endpoint", "model", "api", "tokenizer", "action_mode", "temp
                    "max_thought_tokens")
 
 
-def policy_from_spec(name: str, spec: dict, seed: int = 0):
+def policy_from_spec(name: str, spec: dict, seed: int = 0, endpoint: str | None = None):
     """The policy a record was made with, rebuilt from its spec: a model from its path with the
-    same settings (dtype, device, sampling, ...), the shipped adapters with theirs, a served model
-    from its endpoint (the key from the environment, as before), the random
-    policy with its seed; any other by its name."""
+    same settings (dtype, device, sampling, ...), the shipped adapters with theirs, the random
+    policy with its seed; any other by its name.
+
+    A record is untrusted input: its endpoint is never contacted. A served model carries on at
+    `endpoint`, the server the user named in this invocation (its key from the environment);
+    without one, PolicyError says to name it."""
     kind = spec.get("kind")
     if kind == "shipped" and spec.get("rhythms"):
         first = next(iter(spec["rhythms"].values()))
@@ -68,7 +71,11 @@ def policy_from_spec(name: str, spec: dict, seed: int = 0):
         return make_policy(f"hf:{spec['model']}", spec.get("seed", seed),
                            **{k: spec[k] for k in MODEL_SETTINGS if k in spec})
     if kind == "served":
-        return make_policy("served", spec.get("seed", seed), **{k: spec[k] for k in SERVED_SETTINGS if k in spec})
+        if not endpoint:
+            raise PolicyError(f"this episode was played by the served model {spec.get('model')!r}; the endpoint a "
+                              "record names is never contacted: name the server to carry on with (--endpoint URL)")
+        settings = {k: spec[k] for k in SERVED_SETTINGS if k in spec and k != "endpoint"}
+        return make_policy("served", spec.get("seed", seed), endpoint=endpoint, **settings)
     if kind == "random":
         return RandomPolicy(spec.get("seed", seed))
     return make_policy(name, seed)

@@ -3,6 +3,7 @@ through `sparse_react.resume`; the new episode is appended to the run's record u
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from filelock import FileLock
@@ -17,13 +18,35 @@ PolicyFor = Callable[[Run, Episode], Policy]
 LOCK_TIMEOUT = 600  # seconds to wait for another edit of the same record to finish
 
 
-def run_policy(run: Run, episode: Episode) -> Policy:
+def run_policy(run: Run, episode: Episode, endpoint: str | None = None) -> Policy:
     """The policy the run used: a scripted file as its settings name it, else the one the episode
-    records (the shipped adapter, a model, the expert, ...)."""
+    records (the shipped adapter, a model, the expert, ...); a served model at `endpoint`, the
+    server the user named, never at the endpoint in the record."""
     spec = str(run.settings.get("policy") or "")
     if spec.startswith("scripted:"):
         return make_policy(spec)
-    return policy_from_spec(episode.policy, episode.policy_spec)
+    return policy_from_spec(episode.policy, episode.policy_spec, endpoint=endpoint)
+
+
+@dataclass(frozen=True)
+class Steering:
+    """Whether the episode page offers steering, and what it says about who would carry on."""
+
+    allowed: bool
+    note: str
+
+
+def steering(run: Run, episode: Episode, endpoint: str | None) -> Steering:
+    """What the page says before it asks to steer: for a served model, the server that would carry
+    on (the one named with --endpoint), or that none was named."""
+    if episode.policy_spec.get("kind") != "served":
+        return Steering(True, "")
+    model = episode.policy_spec.get("model")
+    if not endpoint:
+        return Steering(False, f"A served model ({model}) played this episode. The endpoint its record names is "
+                               "never contacted: to steer, start the view with --endpoint URL.")
+    return Steering(True, f"Steering carries on with the served model {model} at {endpoint}, the server named "
+                          "with --endpoint.")
 
 
 def steer(runs: RunSet, run_index: int, index: int, step: int, thought: str, insert: bool,
