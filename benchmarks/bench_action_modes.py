@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     args = parser.parse_args()
 
-    from sparse_react.evaluate import evaluate
+    from sparse_react.evaluation import evaluate
     from sparse_react.games.catalog import find_games
     from sparse_react.policies.attention import GROUPED_SDPA
     from sparse_react.policies.hf import HFPolicy, load_model

@@ -60,7 +60,7 @@ def main() -> None:
 
     import torch
 
-    from sparse_react.evaluate import evaluate
+    from sparse_react.evaluation import evaluate
     from sparse_react.games.catalog import find_games
     from sparse_react.policies.expert import SearchingExpertPolicy
     from sparse_react.policies.hf import HFPolicy, load_model

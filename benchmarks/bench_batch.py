@@ -19,7 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def play(games, loaded, args, batch: int = 1, workers: int = 1) -> tuple[float, list, int]:
     from sparse_react.agent import LoopRules
-    from sparse_react.evaluate import evaluate
+    from sparse_react.evaluation import evaluate
     from sparse_react.policies.hf import HFPolicy
 
     policy = HFPolicy(loaded=loaded, max_thought_tokens=24)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from sparse_react.evaluate import evaluate
+from sparse_react.evaluation import evaluate
 from sparse_react.games.catalog import find_games
 from sparse_react.policies.expert import ExpertPolicy
 from sparse_react.policies.random_admissible import RandomPolicy

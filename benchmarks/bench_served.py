@@ -77,7 +77,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from sparse_react.agent import LoopRules
-    from sparse_react.evaluate import evaluate
+    from sparse_react.evaluation import evaluate
     from sparse_react.games.catalog import find_games
     from sparse_react.policies.hf import HFPolicy, default_model_path
     from sparse_react.policies.served import ServedPolicy

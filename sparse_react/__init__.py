@@ -1,11 +1,32 @@
-"""sparse_react: ReAct agents with a choice of thought rhythm on ALFWorld-style household games."""
+"""sparse_react: ReAct agents with a choice of thought rhythm on ALFWorld-style household games.
+
+>>> import sparse_react as sr
+>>> results = sr.evaluate(sr.load_policy("expert"), games="valid_unseen", rhythms=["sparse", "act"], limit=2,
+...                       progress=False)
+>>> results.success("sparse")
+1.0
+
+Importing the package loads no model library: torch comes in when a model policy is loaded.
+"""
 
 from importlib import metadata
 
 __version__ = metadata.version("sparse_react")
 
-from sparse_react.env import ENV_ID, REACT_ENV_ID, HouseholdEnv, ThinkWrapper, register_envs
+from sparse_react.agent import Context, Decision, LoopRules, Policy, run_episode
+from sparse_react.api import Results, evaluate, find_games, load_policy, make_env
+from sparse_react.env import ENV_ID, REACT_ENV_ID, Budget, HouseholdEnv, StepBudget, ThinkWrapper, register_envs
+from sparse_react.errors import UserError
+from sparse_react.games.catalog import GameRef
+from sparse_react.rhythms import RHYTHMS
+from sparse_react.tasks import TaskType
+from sparse_react.trajectory import Episode, Failure, read_episodes
 
 register_envs()
 
-__all__ = ["ENV_ID", "REACT_ENV_ID", "HouseholdEnv", "ThinkWrapper", "register_envs", "__version__"]
+__all__ = [
+    "find_games", "load_policy", "make_env", "run_episode", "evaluate", "Results", "read_episodes",
+    "Policy", "Context", "Decision", "LoopRules", "Budget", "Episode", "Failure", "GameRef", "TaskType", "RHYTHMS",
+    "HouseholdEnv", "ThinkWrapper", "StepBudget", "ENV_ID", "REACT_ENV_ID", "register_envs", "UserError",
+    "__version__",
+]

@@ -19,7 +19,7 @@ from typing import Sequence
 from sparse_react.bundled import ADAPTERS_DIR
 from sparse_react.cards import (ADAPTER_CONFIG, ADAPTER_WEIGHTS, DEFAULT_ACTION_MODE, MODEL_CARD, ModelError,
                                 training_seconds)
-from sparse_react.evaluate import SETTINGS_FILE
+from sparse_react.evaluation import SETTINGS_FILE
 from sparse_react.policies.expert import RelabellingExpertPolicy
 from sparse_react.report import (
     COLUMNS, DASH, GroupStats, PairedComparison, format_number, group_stats, load_runs, markdown_table, pairs_table,

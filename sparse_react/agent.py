@@ -9,13 +9,14 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from importlib import metadata
-from typing import Callable, Generator, Protocol, Sequence
+from pathlib import Path
+from typing import Any, Callable, Generator, Protocol, Sequence
 
-from sparse_react.env import HouseholdEnv, ThinkWrapper
+from sparse_react.env import Budget, HouseholdEnv, StepBudget, ThinkWrapper, find_wrapper
 from sparse_react.errors import UserError
 from sparse_react.games.catalog import GameRef
 from sparse_react.lines import Kind, kind_of, thought_text
-from sparse_react.prompts import variant_examples
+from sparse_react.prompts import VARIANTS, PromptError, variant_examples
 from sparse_react.rhythms import DEFAULT_RHYTHM, Rhythm, get_rhythm
 from sparse_react.tasks import TaskType
 from sparse_react.trajectory import Entry, Episode, Failure, classify_failure
@@ -142,17 +143,26 @@ def decide_all(policy: Policy, requests: Sequence[Request]) -> list[Decision | E
 
 @dataclass(frozen=True)
 class LoopRules:
-    """How an episode may end besides a win. `thoughts_count=False` makes `max_steps` a budget of
-    actions, thoughts free, with the episode still ended at `2 * max_steps` lines (a thought before
-    every action) so that no policy thinks forever. `loop_repeats=0` turns loop detection off."""
+    """How an episode may end besides a win: its step budget (counted by `StepBudget` alone: see
+    `sparse_react.env.Budget` for `thoughts_count`) and `loop_repeats`, the identical action-and-
+    answer pairs in a row that end it as a loop (0: no loop check)."""
 
     max_steps: int = 50
     thoughts_count: bool = True
     loop_repeats: int = 3
 
+    def __post_init__(self) -> None:
+        self.budget  # checks max_steps and thoughts_count
+        if isinstance(self.loop_repeats, bool) or not isinstance(self.loop_repeats, int) or self.loop_repeats < 0:
+            raise TypeError(f"loop_repeats must be an int >= 0, not {self.loop_repeats!r}")
+
     @property
-    def max_lines(self) -> int:
-        return self.max_steps if self.thoughts_count else 2 * self.max_steps
+    def budget(self) -> Budget:
+        return Budget(self.max_steps, self.thoughts_count)
+
+    @classmethod
+    def of_budget(cls, budget: Budget, loop_repeats: int = 3) -> "LoopRules":
+        return cls(budget.max_steps, budget.thoughts_count, loop_repeats)
 
 
 @lru_cache(maxsize=1)
@@ -165,12 +175,17 @@ def versions() -> dict[str, str]:
     return dict(_versions())
 
 
-def run_episode(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | Rhythm = DEFAULT_RHYTHM,
-                variant: int = 0, rules: LoopRules = LoopRules(),
+def run_episode(env: Any, policy: Policy, game: GameRef | str | Path | None = None,
+                rhythm: str | Rhythm | None = None, variant: int = 0, rules: LoopRules | None = None,
                 on_entry: Callable[[Entry], None] | None = None) -> Episode:
-    """Play one episode of `game` with `policy` in `rhythm` and return its record.
+    """Play one episode with `policy` and return its record.
 
-    `on_entry` sees each entry as it happens (the CLI prints the trajectory with it).
+    `env` is any household env: `HouseholdEnv`, `sparse_react.make_env(...)` or
+    `gym.make("sparse_react/HouseholdReAct-v0", ...)`. `game` defaults to the env's next game,
+    `rhythm` to the env's (`make_env(rhythm=...)`) or sparse, and the step budget to the env's own
+    `StepBudget`, else `rules` (default 50 steps, thoughts count). `on_entry` sees each entry as it
+    happens. Wrong arguments raise here (TypeError, UserError) before any game is played; what
+    goes wrong inside the game or the policy ends the episode as an error, on record.
     """
     turns = episode_turns(env, policy, game, rhythm, variant, rules, on_entry)
     try:
@@ -182,14 +197,82 @@ def run_episode(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | 
         return stop.value
 
 
-def episode_turns(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str | Rhythm = DEFAULT_RHYTHM,
-                  variant: int = 0, rules: LoopRules = LoopRules(),
+@dataclass(frozen=True)
+class EpisodePlan:
+    """An episode's checked arguments: the household env under the loop's own wrappers, the game,
+    rhythm, prompt variant and rules."""
+
+    env: StepBudget
+    game: GameRef
+    rhythm: Rhythm
+    variant: int
+    rules: LoopRules
+
+
+def check_variant(variant: Any) -> int:
+    if isinstance(variant, bool) or not isinstance(variant, int):
+        raise TypeError(f"variant must be a prompt variant number (an int), not {type(variant).__name__}")
+    if not 0 <= variant < len(VARIANTS):
+        raise PromptError(f"prompt variant {variant} is out of range 0..{len(VARIANTS) - 1}")
+    return variant
+
+
+def check_rhythm(rhythm: Any) -> Rhythm:
+    if isinstance(rhythm, Rhythm):
+        return rhythm
+    if not isinstance(rhythm, str):
+        raise TypeError(f"rhythm must be a rhythm name or a Rhythm, not {type(rhythm).__name__}")
+    return get_rhythm(rhythm)
+
+
+def check_policy(policy: Any) -> Policy:
+    missing = [name for name in ("decide", "start", "end", "spec") if not callable(getattr(policy, name, None))]
+    if missing or not hasattr(policy, "name"):
+        raise TypeError(f"{type(policy).__name__} is not a policy (no {', '.join(missing) or 'name'}): "
+                        "use sparse_react.load_policy(...) or follow sparse_react.Policy")
+    return policy
+
+
+def plan_episode(env: Any, game: GameRef | str | Path | None = None, rhythm: str | Rhythm | None = None,
+                 variant: int = 0, rules: LoopRules | None = None) -> EpisodePlan:
+    """Check an episode's arguments and settle the defaults (see `run_episode`)."""
+    base = getattr(env, "unwrapped", None)
+    if not isinstance(base, HouseholdEnv):
+        raise TypeError(f"env must be a household env (HouseholdEnv, make_env or gym.make of a sparse_react id), "
+                        f"not {type(env).__name__}")
+    if rules is not None and not isinstance(rules, LoopRules):
+        raise TypeError(f"rules must be LoopRules, not {type(rules).__name__}")
+    held = find_wrapper(env, StepBudget)
+    if rules is None:
+        rules = LoopRules.of_budget(held.budget) if held else LoopRules()
+    elif held and held.budget != rules.budget:
+        raise UserError(f"the env's step budget ({held.budget}) and the rules' ({rules.budget}) differ: "
+                        "give the budget once, to the env or to the rules")
+    if rhythm is None:
+        think = find_wrapper(env, ThinkWrapper)
+        rhythm = (think.rhythm if think else None) or DEFAULT_RHYTHM
+    if game is None:
+        game = base.next_game()
+    elif not isinstance(game, GameRef):
+        if not isinstance(game, (str, Path)):
+            raise TypeError(f"game must be a GameRef or a game file, not {type(game).__name__}")
+        game = base.pick(game)
+    return EpisodePlan(StepBudget(ThinkWrapper(base), rules.max_steps, rules.thoughts_count), game,
+                       check_rhythm(rhythm), check_variant(variant), rules)
+
+
+def episode_turns(env: Any, policy: Policy, game: GameRef | str | Path | None = None,
+                  rhythm: str | Rhythm | None = None, variant: int = 0, rules: LoopRules | None = None,
                   on_entry: Callable[[Entry], None] | None = None) -> Generator[Request, Decision, Episode]:
     """One episode as a generator: it yields each request for a line and is sent the Decision; it
-    returns the Episode. `run_episode` drives one; the evaluator's batch driver drives many at once."""
-    rhythm = get_rhythm(rhythm) if isinstance(rhythm, str) else rhythm
-    env.max_steps = rules.max_steps
-    react = ThinkWrapper(env, thoughts_count=rules.thoughts_count)
+    returns the Episode. `run_episode` drives one; the evaluator's batch driver drives many at once.
+    The arguments are checked now, before the generator starts (see `run_episode`)."""
+    return _turns(plan_episode(env, game, rhythm, variant, rules), check_policy(policy), on_entry)
+
+
+def _turns(plan: EpisodePlan, policy: Policy,
+           on_entry: Callable[[Entry], None] | None) -> Generator[Request, Decision, Episode]:
+    react, game, rhythm, variant, rules = plan.env, plan.game, plan.rhythm, plan.variant, plan.rules
     started = time.perf_counter()
     episode = new_episode(game, rhythm.name, policy, variant, rules)
     ended_by: Failure | str | None = None
@@ -212,7 +295,7 @@ def episode_turns(env: HouseholdEnv, policy: Policy, game: GameRef, rhythm: str 
             context.append(line, observation)
             if on_entry:
                 on_entry(episode.entries[-1])
-            ended_by = "won" if info["won"] else Failure.BUDGET if truncated or len(episode.entries) >= rules.max_lines else None
+            ended_by = "won" if info["won"] else Failure.BUDGET if truncated else None
             if ended_by is None and _looping(episode, rules.loop_repeats):
                 ended_by = Failure.LOOP
     except Exception as exc:

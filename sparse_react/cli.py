@@ -39,7 +39,6 @@ TOKENIZER_HELP = ("With --endpoint and the completions API: a local model folder
                   "template frames the prompt's head (default: none, plain text).")
 STEER_ENDPOINT_HELP = ("The OpenAI-compatible server that carries on an episode a served model played (its key, if "
                        "any, from $OPENAI_API_KEY); the endpoint a record names is never contacted.")
-DEFAULT_MODEL_BATCH = 16  # episodes decided together (benchmarks/bench_batch.py: 8 gave 1.95x one at a time)
 
 
 @app.callback()
@@ -135,10 +134,10 @@ def play(game: str = typer.Argument(..., help="A game file or a game set."),
          index: int = typer.Option(0, help="Which game of the set."),
          max_steps: int = typer.Option(50, help="Step budget.")) -> None:
     """Play a game yourself: type commands, `admissible` to list them, `quit` to stop."""
-    from sparse_react.env import HouseholdEnv, ThinkWrapper
+    from sparse_react.env import make_react_env
 
     refs = _games_with_index(game, index)
-    env = ThinkWrapper(HouseholdEnv(refs, max_steps=max_steps))
+    env = make_react_env(max_steps, games=refs)
     observation, info = env.reset(options={"game": refs[index]})
     typer.echo(observation)
     done = False
@@ -296,26 +295,17 @@ def eval_(
                                               "requests sent together (default 16); the server batches them."),
 ) -> None:
     """Play every selected game once per rhythm and print the success table by task type."""
-    import re
-    from dataclasses import asdict
-
-    from sparse_react.agent import LoopRules, PolicyUnavailable
-    from sparse_react.evaluate import RunSettings, evaluate
+    from sparse_react.agent import PolicyUnavailable
+    from sparse_react.api import evaluate, find_games
     from sparse_react.report import success_table
     from sparse_react.rhythms import get_rhythm
 
     names = [get_rhythm(r.strip()).name for r in rhythms.split(",") if r.strip()]
-    variant_list = [int(v) for v in variants.split(",") if v.strip()]
-    refs = find_games(games, _task_types(task_types))
-    if filter:
-        try:
-            pattern = re.compile(filter)
-        except re.error as exc:
-            raise GameSetError(f"--filter {filter!r} is not a regular expression: {exc}") from None
-        refs = [r for r in refs if pattern.search(r.name)]
-    refs = refs[:limit]
-    if not refs:
-        raise GameSetError(f"no game of {games} matches the selection")
+    try:
+        variant_list = [int(v) for v in variants.split(",") if v.strip()]
+    except ValueError:
+        raise UserError(f"--variants {variants!r} must be comma-separated numbers") from None
+    find_games(games, task_types, filter, limit)  # a bad selection fails before a model loads
     if endpoint and (workers > 1 or backend != "local"):
         raise UserError("a served model plays in this process, its requests in flight together: use --concurrency "
                         "rather than --workers or --backend ray")
@@ -323,23 +313,18 @@ def eval_(
         raise UserError("--concurrency is for a served model (--endpoint); a local model plays --batch episodes at once")
     chosen = _policy(policy, model, seed, action_mode, shots=shots, window=window, dtype=dtype, rhythms=names,
                      served={"endpoint": endpoint, "api": api, "tokenizer": tokenizer})
-    rules = LoopRules(max_steps=max_steps, thoughts_count=not thoughts_free)
-    name = f"served:{model}" if endpoint else f"hf:{model}" if model else policy
-    settings = RunSettings(games, name, tuple(names), tuple(variant_list),
-                           asdict(rules), {"limit": limit, "task_types": task_types, "filter": filter},
-                           chosen.spec())
     _INTERRUPTED[0] = (f"finished episodes are in {out}; rerun the same command to resume" if out
                        else "nothing was saved (no --out)")
     try:
-        episodes = evaluate(refs, chosen, names, variant_list, rules, run_dir=out, settings=settings, workers=workers,
-                            backend=backend, ray_address=ray_address,
-                            batch=concurrency or batch or (DEFAULT_MODEL_BATCH if chosen.batched else 1))
+        results = evaluate(chosen, games, names, variant_list, limit, task_types, filter, max_steps, not thoughts_free,
+                           out, workers, concurrency or batch, backend, ray_address,
+                           label=f"served:{model}" if endpoint else f"hf:{model}" if model else policy)
     except KeyboardInterrupt:
         _interrupted()
     except PolicyUnavailable as exc:
         raise PolicyUnavailable(f"{exc}; {_INTERRUPTED[0]}") from None
-    typer.echo(success_table(episodes, label=chosen.name, by_rhythm=True))
-    for episode in episodes:
+    typer.echo(success_table(results.episodes, label=chosen.name, by_rhythm=True))
+    for episode in results.episodes:
         if episode.error:
             typer.echo(f"error in {episode.settings['game_name']} ({episode.rhythm}): {episode.error}", err=True)
 

@@ -1,7 +1,8 @@
-"""HouseholdEnv: household text games as a Gymnasium environment, and the ReAct think wrapper.
+"""HouseholdEnv: household text games as a Gymnasium environment; the ReAct think wrapper; and
+StepBudget, the one owner of the step budget.
 
 >>> import gymnasium as gym, sparse_react
->>> env = gym.make("sparse_react/HouseholdReAct-v0", games="valid_unseen")
+>>> env = gym.make("sparse_react/HouseholdReAct-v0", games="valid_unseen", max_steps=50)
 >>> obs, info = env.reset(seed=0)
 >>> obs.startswith("You are in the middle of a room")
 True
@@ -15,6 +16,7 @@ True
 from __future__ import annotations
 
 import string
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -22,6 +24,7 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from sparse_react.engine import WELCOME_BANNER, Engine, GameState
+from sparse_react.errors import UserError
 from sparse_react.games.catalog import GameRef, find_games, game_ref
 from sparse_react.lines import THOUGHT_REPLY, is_thought
 from sparse_react.tasks import TaskType
@@ -36,9 +39,9 @@ class HouseholdEnv(gym.Env[str, str]):
 
     Observations and actions are text. `reset(seed=...)` orders the set with the seed and then
     hands out each game once per pass (never sampling with replacement); `options={"game": path}`
-    plays a given game. `step` returns reward 1.0 and `terminated` on a win, `truncated` when
-    `max_steps` commands have been spent. `info` carries `admissible_commands`, `task`,
-    `task_type`, `game_file`, `won` (and `banner` after a reset).
+    plays a given game. `step` returns reward 1.0 and `terminated` on a win. The env keeps no step
+    budget: `StepBudget` does (`gym.make` adds it, and so does the agent loop). `info` carries
+    `admissible_commands`, `task`, `task_type`, `game_file`, `won` (and `banner` after a reset).
     """
 
     metadata = {"render_modes": ["ansi", "human"]}
@@ -46,16 +49,12 @@ class HouseholdEnv(gym.Env[str, str]):
     def __init__(
         self,
         games: str | Path | Sequence[GameRef] = "valid_unseen",
-        max_steps: int = DEFAULT_MAX_STEPS,
         task_types: Iterable[TaskType | str] | None = None,
         render_mode: str | None = None,
     ) -> None:
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be at least 1, got {max_steps}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode {render_mode!r} is not one of {self.metadata['render_modes']}")
         self.games: list[GameRef] = list(games) if isinstance(games, (list, tuple)) else find_games(games, task_types)
-        self.max_steps = max_steps
         self.render_mode = render_mode
         self.observation_space = spaces.Text(max_length=20_000, min_length=0, charset=TEXT_CHARSET)
         self.action_space = spaces.Text(max_length=500, min_length=0, charset=TEXT_CHARSET)
@@ -65,7 +64,6 @@ class HouseholdEnv(gym.Env[str, str]):
         self._cursor = 0
         self._game: GameRef | None = None
         self._task = ""
-        self._steps = 0
         self._done = True
         self._last = ""
 
@@ -76,14 +74,7 @@ class HouseholdEnv(gym.Env[str, str]):
             self._order = [int(i) for i in self.np_random.permutation(len(self.games))]
             self._cursor = 0
         game = (options or {}).get("game")
-        if game is not None:
-            self._game = self._pick(game)
-        else:
-            if self._cursor == len(self._order):  # a full pass is done: start the next one
-                self._order = [int(i) for i in self.np_random.permutation(len(self.games))]
-                self._cursor = 0
-            self._game = self.games[self._order[self._cursor]]
-            self._cursor += 1
+        self._game = self.pick(game) if game is not None else self.next_game()
         if self._loaded != self._game.path:
             self._engine.load(self._game.path)
             self._loaded = self._game.path
@@ -92,7 +83,6 @@ class HouseholdEnv(gym.Env[str, str]):
         if observation.startswith(WELCOME_BANNER):
             observation = observation[len(WELCOME_BANNER):].strip()
         self._task = observation.rpartition(TASK_MARKER)[2].strip()
-        self._steps = 0
         self._done = state.won
         self._last = observation
         info = self._info(state)
@@ -103,12 +93,9 @@ class HouseholdEnv(gym.Env[str, str]):
         if self._done:
             raise RuntimeError("the episode is over: call reset() before step()")
         state = self._engine.step(action)
-        self._steps += 1
-        terminated = state.won
-        truncated = not terminated and self._steps >= self.max_steps
-        self._done = terminated or truncated
+        self._done = state.won
         self._last = state.observation
-        return state.observation, 1.0 if terminated else 0.0, terminated, truncated, self._info(state)
+        return state.observation, 1.0 if state.won else 0.0, state.won, False, self._info(state)
 
     def render(self) -> str | None:
         if self.render_mode == "human":
@@ -124,22 +111,22 @@ class HouseholdEnv(gym.Env[str, str]):
         """The game of the current episode."""
         return self._game
 
-    @property
-    def steps_used(self) -> int:
-        """Steps spent in this episode (thoughts included when the think wrapper counts them)."""
-        return self._steps
-
-    def spend_step(self) -> bool:
-        """Count one step that did not reach the game (a thought); return True if the budget is gone."""
-        self._steps += 1
-        self._done = self._steps >= self.max_steps
-        return self._done
+    def next_game(self) -> GameRef:
+        """Take the next game of the set in this pass's seeded order (what a plain `reset()` plays)."""
+        if not self._order:
+            self._order = [int(i) for i in self.np_random.permutation(len(self.games))]
+        if self._cursor == len(self._order):  # a full pass is done: start the next one
+            self._order = [int(i) for i in self.np_random.permutation(len(self.games))]
+            self._cursor = 0
+        self._cursor += 1
+        return self.games[self._order[self._cursor - 1]]
 
     def expert_plan(self) -> list[str]:
         """The planner's shortest command sequence from the current state to a win."""
         return self._engine.plan()
 
-    def _pick(self, game: str | Path | int | GameRef) -> GameRef:
+    def pick(self, game: str | Path | int | GameRef) -> GameRef:
+        """The game named by a GameRef, an index into the set, a path or a game name."""
         if isinstance(game, GameRef):
             return game
         if isinstance(game, int):
@@ -158,20 +145,16 @@ class HouseholdEnv(gym.Env[str, str]):
             "task_type": self._game.task_type.value,
             "game_file": str(self._game.path),
             "won": state.won,
-            "steps": self._steps,
         }
 
 
 class ThinkWrapper(gym.Wrapper[str, str, str, str]):
-    """The ReAct action space A ∪ L: a `think:` line is answered `OK.` and never reaches the game.
+    """The ReAct action space A ∪ L: a `think:` line is answered `OK.` (with `info["thought"]`) and
+    never reaches the game. `rhythm` names the agent's thought rhythm for a loop that is not told one."""
 
-    With `thoughts_count=True` (the default, as in the paper's own implementation) a thought
-    spends one step of the budget, so the episode can be truncated by thinking.
-    """
-
-    def __init__(self, env: gym.Env, thoughts_count: bool = True) -> None:
+    def __init__(self, env: gym.Env, rhythm: str | None = None) -> None:
         super().__init__(env)
-        self.thoughts_count = thoughts_count
+        self.rhythm = rhythm
         self._info: dict[str, Any] = {}
 
     def reset(self, **kwargs: Any) -> tuple[str, dict]:
@@ -184,14 +167,83 @@ class ThinkWrapper(gym.Wrapper[str, str, str, str]):
             observation, reward, terminated, truncated, info = self.env.step(action)
             self._info = info
             return observation, reward, terminated, truncated, info
-        truncated = self.env.unwrapped.spend_step() if self.thoughts_count else False
-        info = dict(self._info, thought=True, steps=self.env.unwrapped.steps_used)
-        return THOUGHT_REPLY, 0.0, False, truncated, info
+        return THOUGHT_REPLY, 0.0, False, False, dict(self._info, thought=True)
 
 
-def make_react_env(thoughts_count: bool = True, **kwargs: Any) -> gym.Env:
-    """A HouseholdEnv wrapped with ThinkWrapper (entry point of `sparse_react/HouseholdReAct-v0`)."""
-    return ThinkWrapper(HouseholdEnv(**kwargs), thoughts_count=thoughts_count)
+class BudgetError(UserError, ValueError):
+    """A step budget no episode can have."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A step budget: `max_steps` lines, or with `thoughts_count=False` `max_steps` actions, thoughts
+    free (the episode still ends at `2 * max_steps` lines, a thought before every action, so that
+    no agent thinks forever). The paper's own implementation counted thoughts."""
+
+    max_steps: int = DEFAULT_MAX_STEPS
+    thoughts_count: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int):
+            raise TypeError(f"max_steps must be an int, not {type(self.max_steps).__name__}")
+        if self.max_steps < 1:
+            raise BudgetError(f"max_steps must be at least 1, got {self.max_steps}")
+
+    @property
+    def max_lines(self) -> int:
+        return self.max_steps if self.thoughts_count else 2 * self.max_steps
+
+
+class StepBudget(gym.Wrapper[str, str, str, str]):
+    """The one owner of the step budget: truncates the episode when the `Budget` is spent, counting
+    a thought (a step whose `info["thought"]` is set by ThinkWrapper below it) only when thoughts
+    count. `info["steps"]` is the steps spent. `gym.make` adds it to both registered ids, and the
+    agent loop plays every env through one."""
+
+    def __init__(self, env: gym.Env, max_steps: int = DEFAULT_MAX_STEPS, thoughts_count: bool = True) -> None:
+        super().__init__(env)
+        self.budget = Budget(max_steps, thoughts_count)
+        self.steps = self.lines = 0
+        self._over = True
+
+    def reset(self, **kwargs: Any) -> tuple[str, dict]:
+        observation, info = self.env.reset(**kwargs)
+        self.steps = self.lines = 0
+        self._over = False
+        return observation, dict(info, steps=0)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        if self._over:
+            raise RuntimeError("the episode is over: call reset() before step()")
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self.lines += 1
+        if self.budget.thoughts_count or not info.get("thought"):
+            self.steps += 1
+        truncated = truncated or (not terminated and (self.steps >= self.budget.max_steps
+                                                       or self.lines >= self.budget.max_lines))
+        self._over = terminated or truncated
+        return observation, reward, terminated, truncated, dict(info, steps=self.steps)
+
+
+def find_wrapper(env: gym.Env, kind: type) -> Any:
+    """The first wrapper of `kind` in `env`'s chain, or None."""
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, kind):
+            return env
+        env = env.env
+    return None
+
+
+def make_household_env(max_steps: int = DEFAULT_MAX_STEPS, **kwargs: Any) -> gym.Env:
+    """A HouseholdEnv under its StepBudget (entry point of `sparse_react/Household-v0`)."""
+    return StepBudget(HouseholdEnv(**kwargs), max_steps)
+
+
+def make_react_env(max_steps: int = DEFAULT_MAX_STEPS, thoughts_count: bool = True, rhythm: str | None = None,
+                   **kwargs: Any) -> gym.Env:
+    """A HouseholdEnv with the think wrapper under its StepBudget (entry point of
+    `sparse_react/HouseholdReAct-v0`)."""
+    return StepBudget(ThinkWrapper(HouseholdEnv(**kwargs), rhythm), max_steps, thoughts_count)
 
 
 ENV_ID = "sparse_react/Household-v0"
@@ -201,6 +253,6 @@ REACT_ENV_ID = "sparse_react/HouseholdReAct-v0"
 def register_envs() -> None:
     """Register both environment ids with Gymnasium (idempotent)."""
     if ENV_ID not in gym.registry:
-        gym.register(ENV_ID, entry_point="sparse_react.env:HouseholdEnv")
+        gym.register(ENV_ID, entry_point="sparse_react.env:make_household_env")
     if REACT_ENV_ID not in gym.registry:
         gym.register(REACT_ENV_ID, entry_point="sparse_react.env:make_react_env")

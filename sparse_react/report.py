@@ -107,6 +107,9 @@ class PairedComparison:
         n, k = self.only_first + self.only_second, min(self.only_first, self.only_second)
         return min(1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
 
+    def __str__(self) -> str:
+        return pairs_table([self])
+
 
 def group_stats(name: str, label: str, episodes: Sequence[Episode]) -> GroupStats:
     """Compute every measure of one group of episodes (all of one rhythm and policy)."""

@@ -34,7 +34,7 @@ from typing import Sequence
 
 from sparse_react.cards import MODEL_CARD, training_seconds
 from sparse_react.errors import UserError
-from sparse_react.evaluate import SETTINGS_FILE
+from sparse_react.evaluation import SETTINGS_FILE
 from sparse_react.games.catalog import find_games
 from sparse_react.lines import is_thought
 from sparse_react.report import COLUMNS, PairedComparison, group_stats, load_runs, markdown_table

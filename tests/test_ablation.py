@@ -12,7 +12,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from sparse_react.ablation import PairedComparison, _facts, load_ablation, paired, write_ablation_report  # noqa: E402
-from sparse_react.evaluate import RunSettings, evaluate  # noqa: E402
+from sparse_react.evaluation import RunSettings, evaluate  # noqa: E402
 from sparse_react.export import export  # noqa: E402
 from sparse_react.finetune import FinetuneSettings, finetune  # noqa: E402
 from sparse_react.games.catalog import find_games  # noqa: E402

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 from sparse_react.agent import LoopRules, run_episode  # noqa: E402
 from sparse_react.env import HouseholdEnv  # noqa: E402
-from sparse_react.evaluate import evaluate  # noqa: E402
+from sparse_react.evaluation import evaluate  # noqa: E402
 from sparse_react.export import export  # noqa: E402
 from sparse_react.finetune import FinetuneSettings, finetune  # noqa: E402
 from sparse_react.games.catalog import find_games  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 
 from sparse_react.agent import Context, LoopRules, run_episode
 from sparse_react.env import HouseholdEnv
-from sparse_react.evaluate import evaluate
+from sparse_react.evaluation import evaluate
 from sparse_react.report import success_table
 from sparse_react.games.files import load_game_data
 from sparse_react.policies.expert import ExpertPolicy

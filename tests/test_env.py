@@ -9,7 +9,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import sparse_react
-from sparse_react.env import THOUGHT_REPLY, HouseholdEnv, ThinkWrapper
+from sparse_react.env import THOUGHT_REPLY, HouseholdEnv, StepBudget, ThinkWrapper, make_react_env
 from sparse_react.tasks import TaskType
 
 
@@ -94,22 +94,24 @@ def test_win_gives_reward_and_terminates(few_games):
 
 
 def test_budget_truncates_and_is_not_a_win(few_games):
-    env = HouseholdEnv(few_games, max_steps=3)
+    env = gym.make(sparse_react.ENV_ID, games=few_games, max_steps=3)
     env.reset(options={"game": few_games[1]})
     results = [env.step("look") for _ in range(3)]
     assert [r[3] for r in results] == [False, False, True]
     assert results[-1][1] == 0.0 and results[-1][2] is False and results[-1][4]["won"] is False
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step("look")
 
 
 def test_inadmissible_command_says_nothing_happens(few_games):
     env = HouseholdEnv(few_games)
     env.reset(options={"game": few_games[0]})
     observation, reward, terminated, truncated, info = env.step("fly to the moon")
-    assert observation == "Nothing happens." and reward == 0.0 and info["steps"] == 1
+    assert observation == "Nothing happens." and reward == 0.0 and not truncated
 
 
 def test_think_wrapper_answers_ok_without_touching_the_game(few_games):
-    env = ThinkWrapper(HouseholdEnv(few_games, max_steps=2))
+    env = make_react_env(2, games=few_games)
     _, info = env.reset(options={"game": few_games[0]})
     observation, reward, terminated, truncated, think_info = env.step("think: the task needs a lamp.")
     assert observation == THOUGHT_REPLY and reward == 0.0 and not terminated and not truncated
@@ -120,11 +122,14 @@ def test_think_wrapper_answers_ok_without_touching_the_game(few_games):
 
 
 def test_think_wrapper_can_leave_thoughts_uncounted(few_games):
-    env = ThinkWrapper(HouseholdEnv(few_games, max_steps=1), thoughts_count=False)
+    env = StepBudget(ThinkWrapper(HouseholdEnv(few_games)), max_steps=1, thoughts_count=False)
     env.reset(options={"game": few_games[0]})
-    for _ in range(5):
-        assert env.step("think: free")[3] is False
+    assert env.step("think: free")[3] is False
     assert env.step("look")[3] is True
+    env = make_react_env(3, thoughts_count=False, games=few_games)
+    env.reset(options={"game": few_games[0]})
+    lines = [env.step("think: free")[3] for _ in range(6)]
+    assert lines == [False] * 5 + [True]  # thoughts free, but no more than two lines a step
 
 
 def test_async_vector_env_runs_games_in_processes(few_games):

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from sparse_react.agent import LoopRules
-from sparse_react.evaluate import EPISODES_FILE, SETTINGS_FILE, RunFolderError, RunSettings, evaluate, open_run
+from sparse_react.evaluation import EPISODES_FILE, SETTINGS_FILE, RunFolderError, RunSettings, evaluate, open_run
 from sparse_react.games.catalog import find_games
 from sparse_react.games.files import load_game_data
 from sparse_react.policies.expert import ExpertPolicy

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from sparse_react.agent import Context, LoopRules, run_episode
-from sparse_react.env import HouseholdEnv
-from sparse_react.evaluate import evaluate
+from sparse_react.env import HouseholdEnv, StepBudget
+from sparse_react.evaluation import evaluate
 from sparse_react.report import success_table
 from sparse_react.games.catalog import BUNDLED_SPLITS, find_games
 from sparse_react.policies.expert import ExpertPolicy
@@ -53,7 +53,7 @@ def test_expert_wins_every_valid_seen_game(valid_seen_games):
 @pytest.mark.parametrize("index", [0, 60, 120])
 def test_expert_recovers_after_random_play(valid_seen_games, index):
     game = valid_seen_games[::7][index // 7]
-    env = HouseholdEnv([game], max_steps=50)
+    env = StepBudget(HouseholdEnv([game]), max_steps=50)
     observation, info = env.reset(options={"game": game})
     context = Context(get_rhythm("act"), game.task_type, info["task"], "", game=game)
     rng = random.Random(index)
@@ -65,7 +65,7 @@ def test_expert_recovers_after_random_play(valid_seen_games, index):
             break
     expert = ExpertPolicy()  # handed control mid-episode: it knows only what the context says happened
     expert.start(context)
-    while not info["won"] and env.steps_used < 50:
+    while not info["won"] and env.steps < 50:
         (decision,) = expert.decide([(context, info["admissible_commands"])])
         observation, _, _, _, info = env.step(decision.line)
         context.append(decision.line, observation)
@@ -73,6 +73,6 @@ def test_expert_recovers_after_random_play(valid_seen_games, index):
 
 
 def test_a_budget_ending_is_a_failure(bundled_unseen):
-    env = HouseholdEnv(bundled_unseen, max_steps=1)
+    env = HouseholdEnv(bundled_unseen)
     episode = run_episode(env, RandomPolicy(seed=1), bundled_unseen[0], "act", rules=LoopRules(max_steps=1))
     assert episode.won is False and episode.failure is Failure.BUDGET and len(episode.entries) == 1

@@ -17,7 +17,7 @@ from transformers import TrainerCallback  # noqa: E402
 
 from sparse_react.agent import LoopRules, run_episode  # noqa: E402
 from sparse_react.env import HouseholdEnv  # noqa: E402
-from sparse_react.evaluate import evaluate  # noqa: E402
+from sparse_react.evaluation import evaluate  # noqa: E402
 from sparse_react.export import ExportError, export  # noqa: E402
 from sparse_react.finetune import (  # noqa: E402
     ELAPSED, FinetuneError, FinetuneSettings, _Collator, agent_line_loss, finetune, read_examples, tokenize_example)

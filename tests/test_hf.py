@@ -210,7 +210,7 @@ def test_ragged_rows_attend_as_the_padded_batch_does(env, bundled_unseen, tiny):
 def _same_lines_either_way(loaded, games, option: str, **settings) -> dict:
     """Play `games` (sparse and dense) with the HF policy's boolean `option` off and on; the lines must
     be the same, with no full re-encode. Returns each run's stats."""
-    from sparse_react.evaluate import evaluate
+    from sparse_react.evaluation import evaluate
 
     runs = {}
     for value in (False, True):
@@ -280,7 +280,7 @@ def test_best_first_search_never_feeds_a_subtree_that_cannot_win():
 @pytest.mark.filterwarnings("error:a batched decision failed")  # no silent fallback to one at a time
 @pytest.mark.parametrize("action_mode, shots", [("scored", 2), ("free", 2), ("scored", 0), ("constrained", 2)])
 def test_batched_decisions_match_one_episode_at_a_time(bundled_unseen, tiny, action_mode, shots):
-    from sparse_react.evaluate import evaluate
+    from sparse_react.evaluation import evaluate
 
     _, loaded = tiny
     rules = LoopRules(max_steps=6, loop_repeats=0)

@@ -15,7 +15,7 @@ nbformat = pytest.importorskip("nbformat", reason="the notebook test needs the t
 nbclient = pytest.importorskip("nbclient", reason="the notebook test needs the test extras (nbclient)")
 pytest.importorskip("ipykernel", reason="the notebook test needs the test extras (ipykernel)")
 
-from sparse_react.evaluate import RunSettings, evaluate  # noqa: E402
+from sparse_react.evaluation import RunSettings, evaluate  # noqa: E402
 from sparse_react.policies.expert import ExpertPolicy  # noqa: E402
 from sparse_react.tasks import TaskType  # noqa: E402
 from sparse_react.trajectory import read_episodes  # noqa: E402

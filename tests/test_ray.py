@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from sparse_react.evaluate import EPISODES_FILE, RunSettings, evaluate
+from sparse_react.evaluation import EPISODES_FILE, RunSettings, evaluate
 from sparse_react.policies.expert import ExpertPolicy
 from sparse_react.trajectory import Failure, read_episodes
 from doubles import DiesOn

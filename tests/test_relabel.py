@@ -254,7 +254,7 @@ def test_a_record_the_expert_cannot_go_on_from_is_reported_once_by_name(alfworld
 
 @pytest.mark.parametrize("rhythm", ["sparse", "dense", "im", "act"])
 def test_relabel_expert_plays_whole_games_from_what_it_has_seen(rhythm):
-    from sparse_react.evaluate import evaluate
+    from sparse_react.evaluation import evaluate
     from sparse_react.games.catalog import find_games
     from sparse_react.policies import make_policy
     from sparse_react.tasks import TaskType

@@ -20,7 +20,7 @@ pytest.importorskip("peft")
 
 from sparse_react.ablation import ship_adapter  # noqa: E402
 from sparse_react.cli import app  # noqa: E402
-from sparse_react.evaluate import evaluate  # noqa: E402
+from sparse_react.evaluation import evaluate  # noqa: E402
 from sparse_react.export import export  # noqa: E402
 from sparse_react.games.catalog import find_games  # noqa: E402
 from sparse_react.policies.expert import SearchingExpertPolicy  # noqa: E402

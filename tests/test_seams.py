@@ -20,7 +20,7 @@ import textworld.envs.pddl.textgen as textgen  # noqa: E402
 from sparse_react.agent import Context, LoopRules, run_episode, versions  # noqa: E402
 from sparse_react.engine import Engine  # noqa: E402
 from sparse_react.env import HouseholdEnv  # noqa: E402
-from sparse_react.evaluate import RunFolderError, RunSettings, evaluate  # noqa: E402
+from sparse_react.evaluation import RunFolderError, RunSettings, evaluate  # noqa: E402
 from sparse_react.export import episode_messages  # noqa: E402
 from sparse_react.finetune import tokenize_example  # noqa: E402
 from sparse_react.games.files import GameFileError, load_game_data  # noqa: E402

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sparse_react.evaluate import evaluate
+from sparse_react.evaluation import evaluate
 from sparse_react.games.catalog import find_games
 from sparse_react.policies import make_policy
 from sparse_react.policies.search_order import main as rebuild_order, ranked_kinds, search_order

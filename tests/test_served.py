@@ -24,7 +24,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from sparse_react.agent import Context, LoopRules, run_episode  # noqa: E402
 from sparse_react.env import HouseholdEnv  # noqa: E402
-from sparse_react.evaluate import evaluate  # noqa: E402
+from sparse_react.evaluation import evaluate  # noqa: E402
 from sparse_react.lines import Kind  # noqa: E402
 from sparse_react.policies import make_policy, policy_from_spec  # noqa: E402
 from sparse_react.policies.base import PolicyError  # noqa: E402

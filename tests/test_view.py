@@ -24,7 +24,7 @@ import pytest
 
 from sparse_react.agent import LoopRules, run_episode
 from sparse_react.env import HouseholdEnv
-from sparse_react.evaluate import RunSettings, evaluate
+from sparse_react.evaluation import RunSettings, evaluate
 from sparse_react.games.files import load_game_data
 from sparse_react.policies.expert import ExpertPolicy
 from sparse_react.tasks import TaskType

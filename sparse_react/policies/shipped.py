@@ -51,6 +51,11 @@ class ShippedPolicy:
             self.policies[rhythm] = HFPolicy(model=shipped_adapter(rhythm), **self.settings)
         return self.policies[rhythm]
 
+    def prepare(self, rhythms: Sequence[str]) -> None:
+        """Load the adapter of every rhythm about to play now, so a missing one fails before any game."""
+        for rhythm in rhythms:
+            self.policy(rhythm)
+
     def spec(self) -> dict:
         """The spec of each rhythm's loaded adapter."""
         return {"kind": "shipped", "rhythms": {r: p.spec() for r, p in sorted(self.policies.items())}}

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from sparse_react.report import run_labels
-from sparse_react.evaluate import SETTINGS_FILE
+from sparse_react.evaluation import SETTINGS_FILE
 from sparse_react.trajectory import EPISODES_FILE, Episode, RecordError, failure_class
 
 

@@ -20,7 +20,9 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from tqdm import tqdm
 
-from sparse_react.agent import LoopRules, Policy, Request, decide_all, episode_turns, new_episode, run_episode, versions
+from sparse_react.agent import (
+    LoopRules, Policy, Request, check_policy, check_rhythm, check_variant, decide_all, episode_turns, new_episode,
+    run_episode, versions)
 from sparse_react.env import HouseholdEnv
 from sparse_react.errors import UserError
 from sparse_react.games.catalog import GameRef
@@ -130,7 +132,16 @@ def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[s
     `backend="ray"` sends each episode to a Ray cluster (`ray_address`, or a local instance);
     this process stays the only writer of the run folder. Returns all episodes, in plan order.
     """
-    rhythms = [rhythms] if isinstance(rhythms, str) else list(rhythms)
+    rhythms = [check_rhythm(r).name for r in ([rhythms] if isinstance(rhythms, str) else rhythms)]
+    variants = [check_variant(v) for v in variants]
+    games = list(games)
+    if not all(isinstance(g, GameRef) for g in games):
+        raise TypeError("games must be GameRefs (sparse_react.find_games(...))")
+    if not isinstance(rules, LoopRules):
+        raise TypeError(f"rules must be LoopRules, not {type(rules).__name__}")
+    if backend not in BACKENDS:
+        raise RunFolderError(f"unknown backend {backend!r}; one of {', '.join(BACKENDS)}")
+    check_policy(policy)
     plan = [(game, r, v) for r in rhythms for v in variants for game in games]
     done: dict[tuple, Episode] = {}
     if run_dir is not None:
@@ -141,8 +152,6 @@ def evaluate(games: Sequence[GameRef], policy: Policy, rhythms: str | Sequence[s
     todo = [task for task in plan if episode_key(task[0].name, task[1], task[2]) not in done]
     bar = tqdm(total=len(plan), initial=len(done), desc=policy.name, unit="ep", disable=not progress)
     won = [e.won for e in done.values()]
-    if backend not in BACKENDS:
-        raise RunFolderError(f"unknown backend {backend!r}; one of {', '.join(BACKENDS)}")
     if backend == "ray":
         play = _play_on_ray(todo, policy, rules, ray_address)
     elif workers > 1:
@@ -181,7 +190,7 @@ def _play_batched(tasks: Iterable[tuple[int, Task]], policy: Policy, rules: Loop
     while True:
         while len(live) < size and (item := next(todo, None)) is not None:
             index, (game, rhythm, variant) = item
-            env = free_envs.pop() if free_envs else HouseholdEnv([game], max_steps=rules.max_steps)
+            env = free_envs.pop() if free_envs else HouseholdEnv([game])
             turns = episode_turns(env, policy, game, rhythm, variant, rules)
             yield from advance(turns, index, env, turns.__next__)
         if not live:
@@ -270,7 +279,7 @@ _RAY_ENV: HouseholdEnv | None = None  # one environment per Ray worker process
 def _play_remote(policy: Policy, rules: LoopRules, task: Task) -> dict:
     global _RAY_ENV
     game, rhythm, variant = task
-    _RAY_ENV = _RAY_ENV or HouseholdEnv([game], max_steps=rules.max_steps)
+    _RAY_ENV = _RAY_ENV or HouseholdEnv([game])
     return run_episode(_RAY_ENV, policy, game, rhythm, variant, rules).to_dict()
 
 
