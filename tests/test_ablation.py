@@ -1,17 +1,21 @@
-"""The ablation view (sparse_react.ablation and notebooks/ablation.ipynb) over a real, tiny ablation folder:
-a model card from a real (toy) fine-tuning and two evaluation runs on bundled games, laid out as
-benchmarks/ablation.py lays them out."""
+"""The ablation view (experiments/ablation_tables.py and notebooks/ablation.ipynb) over a real, tiny ablation
+folder: a model card from a real (toy) fine-tuning and two evaluation runs on bundled games, laid out as
+experiments/ablation.py lays them out."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"  # experiment code: not in the package
+sys.path.insert(0, str(EXPERIMENTS))
 
-from sparse_react.ablation import PairedComparison, _facts, load_ablation, paired, write_ablation_report  # noqa: E402
+from ablation_tables import PairedComparison, _facts, load_ablation, paired, write_ablation_report  # noqa: E402
 from sparse_react.evaluation import RunSettings, evaluate  # noqa: E402
 from sparse_react.export import export  # noqa: E402
 from sparse_react.finetune import FinetuneSettings, finetune  # noqa: E402

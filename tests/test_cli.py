@@ -166,3 +166,13 @@ def test_cache_info_says_where_the_cache_is_and_what_it_holds(tmp_path, bundled_
     assert cli("games", "show", str(bundled_unseen[0].path), env=env).returncode == 0
     after = cli("cache", "info", env=env)
     assert "entries:   0 " not in after.stdout and "enabled:   True" in after.stdout
+
+
+def test_a_bad_argument_is_refused_with_status_2_and_writes_nothing(tmp_path):
+    record = tmp_path / "run.jsonl"
+    result = cli("run", "valid_unseen", "--index", "0", "--policy", "expert", "--variant", "9", "--out", str(record))
+    assert result.returncode == 2 and "prompt variant 9 is out of range 0..5" in result.stderr
+    assert "Traceback" not in result.stderr and not record.exists()
+    result = cli("eval", "--games", "valid_unseen", "--policy", "expert", "--variants", "0,7", "--limit", "1",
+                 "--out", str(tmp_path / "run"))
+    assert result.returncode == 2 and "prompt variant 7" in result.stderr and not (tmp_path / "run").exists()

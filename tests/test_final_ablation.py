@@ -1,4 +1,4 @@
-"""`benchmarks/final_ablation.py`: the four rhythms under both budget rules, each (rule, set, rhythm)
+"""`experiments/final_ablation.py`: the four rhythms under both budget rules, each (rule, set, rhythm)
 its own run folder, the finished runs kept as compact records the tables are printed from. Played here by the
 searching expert with a budget of 12, where a thought's step is felt."""
 
@@ -13,13 +13,13 @@ import pytest
 
 from sparse_react.trajectory import EPISODES_FILE, read_episodes
 
-SCRIPT = Path(__file__).parents[1] / "benchmarks" / "final_ablation.py"
+SCRIPT = Path(__file__).parents[1] / "experiments" / "final_ablation.py"
 
 
 @pytest.fixture(scope="module")
 def played(tmp_path_factory):
     if not SCRIPT.is_file():
-        pytest.skip("needs a source checkout (benchmarks/)")
+        pytest.skip("needs a source checkout (experiments/)")
     root = tmp_path_factory.mktemp("final")
     args = [sys.executable, str(SCRIPT), "--sets", "valid_unseen", "--limit", "6", "--max-steps", "12",
             "--policy", "search-expert", "--out", str(root / "runs"), "--records", str(root / "records")]

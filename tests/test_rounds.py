@@ -10,21 +10,25 @@ import os
 import re
 import shlex
 import shutil
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("peft")
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"  # experiment code: not in the package
+sys.path.insert(0, str(EXPERIMENTS))
 
-from sparse_react.ablation import ship_adapter  # noqa: E402
+from ablation_tables import ship_adapter  # noqa: E402
 from sparse_react.cli import app  # noqa: E402
 from sparse_react.evaluation import evaluate  # noqa: E402
 from sparse_react.export import export  # noqa: E402
 from sparse_react.games.catalog import find_games  # noqa: E402
 from sparse_react.policies.expert import SearchingExpertPolicy  # noqa: E402
-from sparse_react.policies.hf import load_model  # noqa: E402
+import sparse_react as sr  # noqa: E402
 from sparse_react.relabel import corrections, relabel_episode  # noqa: E402
 from sparse_react.rounds import (  # noqa: E402
     RoundsError, RoundsSettings, read_settings, rounds_command, rounds_markdown, run_rounds)
@@ -56,6 +60,14 @@ def settings(toy, **changes) -> RoundsSettings:
     return RoundsSettings(**{**base, **changes})
 
 
+def plays(model) -> bool:
+    """The trained model loads as a policy and plays three lines of a bundled game without an error."""
+    game = find_games("valid_unseen")[0]
+    episode = sr.run_episode(sr.HouseholdEnv([game]), sr.load_policy(model, device="cpu"), game, "sparse",
+                             rules=sr.LoopRules(max_steps=3))
+    return episode.error is None and len(episode.entries) == 3
+
+
 def lines(path) -> int:
     return len(path.read_text().splitlines())
 
@@ -79,7 +91,7 @@ def test_two_dagger_rounds_grow_the_data_and_each_model_loads(toy, capsys):
         # each episode's relabelled states train in one packed row (sparse_react.packing); records
         # of one game that two rounds played alike may share it
         assert sizes[0] < card["rows"] <= sizes[0] + 2 * k if k else card["rows"] == sizes[0]
-        assert load_model(out / f"round-{k}" / "model", device="cpu").model is not None
+        assert plays(out / f"round-{k}" / "model")
         assert lines(out / f"round-{k}" / "eval-valid_unseen" / "episodes.jsonl") == 2
     text = table.read_text()
     assert text.count("| valid_unseen |") == 3 + 2 and "sparse-react relabel" in text  # 3 rounds, 2 pairs
@@ -117,7 +129,7 @@ def test_bootstrap_and_continued_training_run_a_round_from_a_seed_model(toy, see
     assert lines(out / "round-1" / "data.jsonl") == lines(out / "round-0" / "data.jsonl") + sum(e["won"] for e in played)
     card = json.loads((out / "round-1" / "model" / "sparse_react.json").read_text())
     assert card["settings"]["init_adapter"] == str(out / "round-0" / "model") and card["kind"] == "lora"
-    assert load_model(out / "round-1" / "model", device="cpu").model is not None
+    assert plays(out / "round-1" / "model")
 
     unevaluated = rounds_markdown(out, replace(read_settings(out), eval_sets=()), [])  # as `--eval-sets ''` writes it
     assert [row.split(" | ")[:2] for row in unevaluated.splitlines() if row.startswith(("| 0 |", "| 1 |"))] == \
@@ -229,14 +241,12 @@ def test_a_seed_model_without_its_data_replays_from_a_file_of_its_own(toy, seed_
 
 
 def ship_round_script():
-    """benchmarks/ship_round.py as a module (it is a script of the source checkout, not of the package)."""
+    """experiments/ship_round.py as a module (it is a script of the source checkout, not of the package)."""
     import importlib.util
 
-    from sparse_react.bundled import ADAPTERS_DIR
-
-    script = ADAPTERS_DIR.parents[1] / "benchmarks" / "ship_round.py"
+    script = EXPERIMENTS / "ship_round.py"
     if not script.is_file():
-        pytest.skip("needs a source checkout (benchmarks/ship_round.py)")
+        pytest.skip("needs a source checkout (experiments/ship_round.py)")
     spec = importlib.util.spec_from_file_location("ship_round", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

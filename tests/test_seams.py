@@ -45,11 +45,12 @@ LAYERS = [
     "agent",
     "policies.base", "policies.expert", "policies.random_admissible", "policies.scripted", "policies.attention", "policies.hf",
     "policies.shipped", "policies.served", "policies",
-    "evaluate", "resume", "export", "relabel", "packing", "finetune", "ablation", "steps", "rounds",
-    "view.links", "view.records", "view.pages", "view.render", "view.steer", "view.app", "view.static", "view",
+    "evaluation", "api", "resume", "export", "relabel", "packing", "finetune", "steps", "rounds",
+    "view.links", "view.records", "view.pages", "view.render", "view.steer", "view.app", "view.serve", "view.static", "view",
     "cli", "",
 ]
 LAZY = {  # modules that import parts of the package inside functions, and why
+    "api": "importing the package loads no model library: policies and the batch runner load when called",
     "cli": "each command loads only what it runs (torch for a model, not for `games list`)",
     "policies": "torch and transformers load only when a model policy is asked for",
     "policies.served": "a served model needs no torch: transformers loads only for a local chat template",
@@ -104,7 +105,7 @@ def test_line_policies_batched_play_the_same_episodes_as_one_at_a_time(games):
         alone = evaluate(games, policy, ["sparse", "act"], rules=LoopRules(max_steps=12), progress=False)
         together = evaluate(games, policy, ["sparse", "act"], rules=LoopRules(max_steps=12), progress=False, batch=5)
         assert _plain(together) == _plain(alone), policy.name
-    assert any(e.won for e in alone) or policy.name == "scripted"
+        assert any(e.won for e in alone) == (policy.name == "search-expert"), policy.name  # only it wins in 12 steps
 
 
 def test_two_workers_with_batches_play_the_same_episodes_as_one_process(games):

@@ -101,3 +101,15 @@ def test_the_installed_package_plays_the_shipped_sparse_agent(installed):
     assert "sparse · hf" in played.stdout and "steps" in played.stdout
     record = (work / "runs" / "one.jsonl").read_text()
     assert '"rhythm": "sparse"' in record and '"error": null' in record
+
+
+def test_the_readmes_python_quickstart_prints_a_table_from_the_installed_wheel(installed):
+    from test_docs import python_blocks
+
+    _, bin_dir, work = installed
+    [quickstart] = python_blocks(REPO / "README.md")
+    (work / "quickstart.py").write_text(quickstart)
+    result = run(bin_dir, work, "python", "quickstart.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| expert (sparse) |" in result.stdout and "| sparse vs act |" in result.stdout
+    assert "True" in result.stdout.splitlines()[-1]  # the expert won its episode

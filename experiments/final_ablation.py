@@ -9,7 +9,7 @@ printed again, and the ablation finished in another sitting, on a machine that h
 From the records it prints success per rhythm and rule, then game-by-game pairs: each rhythm across
 the rules (what the budget changes) and every two rhythms under each rule (what thinking changes).
 
-    python benchmarks/final_ablation.py [--sets valid_unseen,alfworld:valid_seen] [--rules steps,actions] [--rhythms im,dense] [--report-only]
+    python experiments/final_ablation.py [--sets valid_unseen,alfworld:valid_seen] [--rules steps,actions] [--rhythms im,dense] [--report-only]
 """
 
 from __future__ import annotations

@@ -7,14 +7,14 @@ set) in that rhythm → `sparse-react export` → `sparse-react
 finetune` (same seed, optimizer steps, batch, learning rate) → `sparse-react eval` on the bundled
 valid_unseen set and ALFWorld's valid_seen split. Finally `sparse-react report` over every evaluation
 run in the folder (earlier rhythms' too) and `ablation.md`, the rhythms side by side per evaluation
-set (`sparse_react.ablation`). Every step is one CLI command, printed before it runs; a rerun skips
-finished steps and resumes unfinished ones.
+set (`ablation_tables.py`, beside this script). Every step is one CLI command, printed before it
+runs; a rerun skips finished steps and resumes unfinished ones.
 
 `--lora-rank R` trains LoRA adapters instead of full models; `--ship` then copies each adapter, its
 card (with the commands that made it and the results measured with it) and a README into
 `sparse_react/adapters/<rhythm>/`, where `--policy hf` finds it.
 
-    ALFWORLD_DATA=../shared/alfworld HF_HUB_OFFLINE=1 python benchmarks/ablation.py \
+    ALFWORLD_DATA=../shared/alfworld HF_HUB_OFFLINE=1 python experiments/ablation.py \
         [--rhythms sparse,dense,im,act] [--max-steps 100] [--out runs/ablation] [--lora-rank 8 --ship]
 """
 
@@ -24,10 +24,11 @@ import argparse
 import json
 from pathlib import Path
 
-from sparse_react.ablation import eval_runs, ship_adapter, write_ablation_report
 from sparse_react.cards import MODEL_CARD
 from sparse_react.steps import Steps
 from sparse_react.tasks import TaskType
+
+from ablation_tables import eval_runs, ship_adapter, write_ablation_report  # experiments/, the script's folder
 
 
 def main() -> None:

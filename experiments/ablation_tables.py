@@ -1,8 +1,13 @@
 """The rhythm ablation side by side: one fine-tuned model per rhythm, each evaluated on the same sets.
 
-Reads a folder laid out by `benchmarks/ablation.py`: `model-RHYTHM/sparse_react.json` (the card
+Reads a folder laid out by `experiments/ablation.py`: `model-RHYTHM/sparse_react.json` (the card
 `sparse-react finetune` writes) and `eval-RHYTHM-SET/` run folders. Every number comes from those
 files; success is the game's `won`.
+
+Also `ship_adapter`, which `experiments/ablation.py --ship` and `experiments/ship_round.py` use to
+copy a trained adapter into the package's `sparse_react/adapters/<rhythm>/` (replacing what is
+there) with its card and README. This is experiment code of the source checkout, not part of the
+installed package: the scripts and tests beside it put `experiments/` on `sys.path` to import it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ from sparse_react.report import (
 from sparse_react.trajectory import RecordError
 
 RHYTHM_ORDER: tuple[str, ...] = ("sparse", "dense", "im", "act")
+# Where the shipped adapters were trained (their READMEs' training minutes): the machine of these
+# experiments, not a property of the package; ship_adapter's `machine` overrides it.
+TRAINED_ON = "2 CPU cores"
 # Yao et al. (ICLR 2023), Table 3: PaLM-540B prompted (best prompt set), ALFWorld's 134 unseen games.
 PAPER_UNSEEN = {"ReAct (sparse)": 71, "ReAct-IM (im)": 53, "Act (act)": 45}
 
@@ -80,7 +88,7 @@ def load_ablation(root: Path | str) -> Ablation:
             sets.setdefault(games, []).append(group_stats(rhythm, label, mine))
             won.setdefault(games, {})[rhythm] = {(e.game_name, e.prompt_variant): e.won for e in mine}
     if not sets:
-        raise RecordError(f"{root}: no eval-RHYTHM-SET run folders (benchmarks/ablation.py writes them)")
+        raise RecordError(f"{root}: no eval-RHYTHM-SET run folders (experiments/ablation.py writes them)")
     for groups in sets.values():
         groups.sort(key=lambda g: _rhythm_key(g.rhythm))
     return Ablation(root, dict(sorted(models.items(), key=lambda kv: _rhythm_key(kv[0]))), sets, won)
@@ -143,11 +151,12 @@ def write_ablation_report(root: Path | str, out: Path | str | None = None) -> Pa
 
 
 def ship_adapter(model_dir: Path, commands: Sequence[str], eval_runs: Sequence[Path],
-                 dest_root: Path = ADAPTERS_DIR) -> Path:
+                 dest_root: Path = ADAPTERS_DIR, machine: str = TRAINED_ON) -> Path:
     """Copy a trained adapter into the package (`dest_root`) as its rhythm's shipped agent, with a card
     that adds the commands that made it, where its training data came from and the results measured
     with it (from the evaluation runs' records). An adapter trained on from another (`finetune
-    --init-adapter`) carries a summary of that one's training too."""
+    --init-adapter`) carries a summary of that one's training too. `machine` says in the README where
+    the training's minutes were measured ("" says nothing)."""
     card = json.loads((model_dir / MODEL_CARD).read_text())
     if card.get("kind") != "lora":
         raise ModelError(f"{model_dir} is not a LoRA adapter (its card says kind {card.get('kind')!r})")
@@ -172,7 +181,7 @@ def ship_adapter(model_dir: Path, commands: Sequence[str], eval_runs: Sequence[P
     for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
         shutil.copy(model_dir / name, dest / name)
     (dest / MODEL_CARD).write_text(json.dumps(card, indent=1) + "\n")
-    (dest / "README.md").write_text(adapter_readme(card))
+    (dest / "README.md").write_text(adapter_readme(card, machine))
     return dest
 
 
@@ -187,8 +196,9 @@ def _data_sources(data: Path) -> dict[str, int]:
 AGENT_LINES = "on the agent's lines"
 
 
-def adapter_readme(card: dict) -> str:
-    """A shipped adapter's card as Markdown: what it is, how it was made, what it scored."""
+def adapter_readme(card: dict, machine: str = TRAINED_ON) -> str:
+    """A shipped adapter's card as Markdown: what it is, how it was made, what it scored (its training's
+    minutes said to be measured on `machine`, where that is not "")."""
     settings, base = card["settings"], card["base_identity"]
     rows = [[games, *(f"{w}/{n}" for w, n in (cells[c] for c in COLUMNS[:-1])),
              f"{cells['All'][0]}/{cells['All'][1]} ({cells['All'][0] / max(1, cells['All'][1]):.0%})"]
@@ -215,7 +225,7 @@ def adapter_readme(card: dict) -> str:
         f"from an evaluation set (data sha256 `{card['data_sha256']}`, {card['data_bytes']:,} bytes); "
         f"{_continued(card.get('continued_from'))}{card['steps']} optimizer steps of "
         f"{settings['batch_size'] * settings['grad_accum']} examples, learning rate {settings['learning_rate']}, "
-        f"seed {settings['seed']}; {'; '.join(_facts(card, AGENT_LINES, ' here (2 CPU cores)'))}.",
+        f"seed {settings['seed']}; {'; '.join(_facts(card, AGENT_LINES, f' here ({machine})' if machine else ''))}.",
         "The commands that made it and measured it:",
         "```bash\n" + "\n".join(card["commands"]) + "\n```",
     ]) + "\n"

@@ -9,7 +9,7 @@ of any evaluation run of it made apart (`--eval RUN --command "sparse-react eval
 README. Commands that made the rounds' inputs (`--before "sparse-react games generate ..."`) go
 before the `rounds` command.
 
-    python benchmarks/ship_round.py runs/rounds-bootstrap [--round 1] [--before CMD]... [--eval RUN --command CMD]...
+    python experiments/ship_round.py runs/rounds-bootstrap [--round 1] [--before CMD]... [--eval RUN --command CMD]...
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from sparse_react.ablation import ship_adapter
 from sparse_react.bundled import ADAPTERS_DIR
 from sparse_react.cards import ADAPTER_WEIGHTS, MODEL_CARD
 from sparse_react.rounds import eval_run, read_settings, rounds_command, seed_rounds
+
+from ablation_tables import ship_adapter  # experiments/, the script's folder
 
 
 def seed_commands(round0: Path, rhythm: str) -> list[str]:
