@@ -38,8 +38,8 @@ def create_app(paths: Sequence[Path | str], policy_for: PolicyFor | None = None,
                endpoint: str | None = None) -> Starlette:
     """An app over the run folders (or record files) in `paths`, the only files it reads or writes.
 
-    `allowed_hosts` are the names it answers to: a request whose Host (or a post whose Origin)
-    names another is refused, so a page elsewhere cannot reach it through a name that resolves to
+    `allowed_hosts` are the names it answers to: a request whose Host names another, or a post
+    whose Origin is not that Host (another site, or another port), is refused, so a page elsewhere cannot reach it through a name that resolves to
     this machine (DNS rebinding). With `token` (a bind beyond loopback) every request needs it:
     `?token=...` once, then a same-site cookie. `policy_for` picks who carries on after a thought
     is edited; by default the run's own policy, and for a served model the server at `endpoint`
@@ -58,13 +58,14 @@ def create_app(paths: Sequence[Path | str], policy_for: PolicyFor | None = None,
         if host_name(request.headers.get("host", "")) not in hosts:
             return refused("this view does not answer to that host name", 400)
         origin = request.headers.get("origin")
-        if request.method != "GET" and origin and host_name(urlsplit(origin).netloc) not in hosts:
+        if request.method != "GET" and origin and urlsplit(origin).netloc.lower() != request.headers["host"].lower():
             return refused("an edit must come from this view's own pages")
         if token is None:
             return await call_next(request)
         given = request.query_params.get("token")
         if given is not None and secrets.compare_digest(given, token):  # the printed link: keep it as a cookie
-            response = RedirectResponse(request.url.remove_query_params("token").path or "/", status_code=303)
+            target = request.url.remove_query_params("token")
+            response = RedirectResponse(target.path + (f"?{target.query}" if target.query else ""), status_code=303)
             response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
             return response
         if secrets.compare_digest(request.cookies.get(TOKEN_COOKIE, ""), token):
