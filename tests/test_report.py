@@ -35,7 +35,7 @@ def run_dirs(bundled_unseen, tmp_path_factory):
 
 def record(path, games, policy, rhythm, rules):
     """Play each game once and append its episode record, as a batch evaluation does."""
-    env = HouseholdEnv(list(games), max_steps=rules.max_steps)
+    env = HouseholdEnv(list(games))
     for game in games:
         append_episode(path, run_episode(env, policy, game, rhythm, 0, rules))
 
