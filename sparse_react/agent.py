@@ -16,7 +16,7 @@ from sparse_react.env import Budget, HouseholdEnv, StepBudget, ThinkWrapper, fin
 from sparse_react.errors import UserError
 from sparse_react.games.catalog import GameRef
 from sparse_react.lines import Kind, kind_of, thought_text
-from sparse_react.prompts import VARIANTS, PromptError, variant_examples
+from sparse_react.prompts import check_variant, variant_examples
 from sparse_react.rhythms import DEFAULT_RHYTHM, Rhythm, get_rhythm
 from sparse_react.tasks import TaskType
 from sparse_react.trajectory import Entry, Episode, Failure, classify_failure
@@ -152,7 +152,7 @@ class LoopRules:
     loop_repeats: int = 3
 
     def __post_init__(self) -> None:
-        self.budget  # checks max_steps and thoughts_count
+        Budget(self.max_steps, self.thoughts_count)  # raises for a budget no episode can have
         if isinstance(self.loop_repeats, bool) or not isinstance(self.loop_repeats, int) or self.loop_repeats < 0:
             raise TypeError(f"loop_repeats must be an int >= 0, not {self.loop_repeats!r}")
 
@@ -207,14 +207,6 @@ class EpisodePlan:
     rhythm: Rhythm
     variant: int
     rules: LoopRules
-
-
-def check_variant(variant: Any) -> int:
-    if isinstance(variant, bool) or not isinstance(variant, int):
-        raise TypeError(f"variant must be a prompt variant number (an int), not {type(variant).__name__}")
-    if not 0 <= variant < len(VARIANTS):
-        raise PromptError(f"prompt variant {variant} is out of range 0..{len(VARIANTS) - 1}")
-    return variant
 
 
 def check_rhythm(rhythm: Any) -> Rhythm:

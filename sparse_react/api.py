@@ -14,7 +14,7 @@ import gymnasium as gym
 from sparse_react.agent import LoopRules, Policy, check_policy, check_rhythm
 from sparse_react.env import DEFAULT_MAX_STEPS, REACT_ENV_ID
 from sparse_react.errors import UserError
-from sparse_react.games.catalog import GameRef, GameSetError
+from sparse_react.games.catalog import GameRef, GameSetError, keep_task_types
 from sparse_react.games.catalog import find_games as _find_set
 from sparse_react.report import PairedComparison, success_table, write_report
 from sparse_react.rhythms import DEFAULT_RHYTHM
@@ -38,12 +38,9 @@ def find_games(games: Games = "valid_unseen", task_types: Iterable[TaskType | st
     if isinstance(games, (str, Path)):
         refs = _find_set(games, task_types)
     else:
-        refs = list(games)
-        if not all(isinstance(g, GameRef) for g in refs):
+        if not all(isinstance(g, GameRef) for g in games):
             raise TypeError("games must be a game set name, a path, or a list of GameRefs")
-        if task_types is not None:
-            wanted = {TaskType.parse(t) if isinstance(t, str) else t for t in task_types}
-            refs = [r for r in refs if r.task_type in wanted]
+        refs = keep_task_types(games, task_types)
     if filter:
         try:
             pattern = re.compile(filter)

@@ -86,10 +86,18 @@ def load_examples(task_type: TaskType, folder: Path | None = None) -> tuple[Exam
     return examples
 
 
-def variant_examples(task_type: TaskType, variant: int, folder: Path | None = None) -> tuple[Example, Example]:
-    """The two examples (in order) of prompt variant 0..5."""
+def check_variant(variant: object) -> int:
+    """`variant` as a prompt variant number; TypeError for a non-int, PromptError out of range."""
+    if isinstance(variant, bool) or not isinstance(variant, int):
+        raise TypeError(f"variant must be a prompt variant number (an int), not {type(variant).__name__}")
     if not 0 <= variant < len(VARIANTS):
         raise PromptError(f"prompt variant {variant} is out of range 0..{len(VARIANTS) - 1}")
+    return variant
+
+
+def variant_examples(task_type: TaskType, variant: int, folder: Path | None = None) -> tuple[Example, Example]:
+    """The two examples (in order) of prompt variant 0..5."""
+    check_variant(variant)
     examples = load_examples(task_type, folder)
     first, second = VARIANTS[variant]
     return examples[first], examples[second]

@@ -105,12 +105,18 @@ def find_games(source: str | Path, task_types: Iterable[TaskType | str] | None =
     else:
         files = sorted(p for name in GAME_FILE_NAMES for p in root.rglob(name))
         refs = [game_ref(p) for p in files]
-    if task_types is not None:
-        wanted = {TaskType.parse(t) if isinstance(t, str) else t for t in task_types}
-        refs = [r for r in refs if r.task_type in wanted]
+    refs = keep_task_types(refs, task_types)
     if not refs:
         raise GameSetError(f"no games found in {root}" + (" for the task types asked" if task_types else ""))
     return sorted(refs)
+
+
+def keep_task_types(refs: Sequence[GameRef], task_types: Iterable[TaskType | str] | None) -> list[GameRef]:
+    """The games of the given task types (names or TaskTypes; None keeps all)."""
+    if task_types is None:
+        return list(refs)
+    wanted = {TaskType.parse(t) if isinstance(t, str) else t for t in task_types}
+    return [r for r in refs if r.task_type in wanted]
 
 
 def count_by_task(refs: Sequence[GameRef]) -> dict[TaskType, int]:
