@@ -16,7 +16,7 @@ from sparse_react.env import DEFAULT_MAX_STEPS, REACT_ENV_ID
 from sparse_react.errors import UserError
 from sparse_react.games.catalog import GameRef, GameSetError, keep_task_types
 from sparse_react.games.catalog import find_games as _find_set
-from sparse_react.report import PairedComparison, success_table, write_report
+from sparse_react.report import PairedComparison, own, success_table, write_report
 from sparse_react.rhythms import DEFAULT_RHYTHM
 from sparse_react.tasks import TaskType
 from sparse_react.trajectory import Episode
@@ -89,7 +89,8 @@ def make_env(games: Games = "valid_unseen", rhythm: str = DEFAULT_RHYTHM, max_st
 
 @dataclass
 class Results:
-    """Episodes of an evaluation (or read from run folders), with the paper's tables over them."""
+    """Episodes of an evaluation (or read from run folders), with the paper's tables over them; the
+    tables and rates count the policy's own episodes, never one a human steered."""
 
     episodes: list[Episode]
     label: str = "success"
@@ -108,7 +109,7 @@ class Results:
 
     def success(self, rhythm: str | None = None) -> float:
         """The share of episodes won (of one rhythm, or all)."""
-        chosen = [e for e in self.episodes if rhythm is None or e.rhythm == rhythm]
+        chosen = [e for e in own(self.episodes) if rhythm is None or e.rhythm == rhythm]
         if not chosen:
             raise UserError(f"no episodes of rhythm {rhythm!r}; these results hold {', '.join(self.rhythms)}")
         return sum(e.won for e in chosen) / len(chosen)
@@ -120,7 +121,7 @@ class Results:
     def compare(self, first: str, second: str) -> PairedComparison:
         """Two rhythms game by game on the games both played: the discordant pairs and the exact
         McNemar p-value. `str()` of it is a Markdown table."""
-        won = {r: {(e.game_name, e.prompt_variant): e.won for e in self.episodes if e.rhythm == r}
+        won = {r: {(e.game_name, e.prompt_variant): e.won for e in own(self.episodes) if e.rhythm == r}
                for r in (first, second)}
         for rhythm, games in won.items():
             if not games:

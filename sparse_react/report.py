@@ -141,8 +141,13 @@ def group_stats(name: str, label: str, episodes: Sequence[Episode]) -> GroupStat
     )
 
 
+def own(episodes: Sequence[Episode]) -> list[Episode]:
+    """The policy's own episodes: those no human steered (they are shown apart, never counted)."""
+    return [e for e in episodes if not e.steered]
+
+
 def summarize(runs: Sequence[Run]) -> list[GroupStats]:
-    """One GroupStats per run and rhythm, in the order first seen.
+    """One GroupStats per run and rhythm, in the order first seen, over the policy's own episodes.
 
     Rows are named by rhythm, prefixed `label/` when there are several runs; a run that mixes
     policies within a rhythm gets one row per policy, suffixed ` [policy]`.
@@ -150,7 +155,7 @@ def summarize(runs: Sequence[Run]) -> list[GroupStats]:
     groups: list[GroupStats] = []
     for label, episodes in runs:
         keyed: dict[tuple[str, str], list[Episode]] = {}
-        for episode in episodes:
+        for episode in own(episodes):
             keyed.setdefault((episode.rhythm, episode.policy), []).append(episode)
         mixed = len({policy for _, policy in keyed}) > 1
         for (rhythm, policy), members in keyed.items():
@@ -183,8 +188,9 @@ def success_rows(groups: Sequence[GroupStats]) -> list[list[str]]:
 
 def success_table(episodes: Sequence[Episode], label: str = "success", by_rhythm: bool = False) -> str:
     """The success table of some episodes as Markdown: one row named `label`, or one per rhythm
-    (`label (rhythm)`)."""
-    groups = {label: list(episodes)}
+    (`label (rhythm)`); the policy's own episodes only."""
+    episodes = own(episodes)
+    groups = {label: episodes}
     if by_rhythm:
         groups = {f"{label} ({r})": [e for e in episodes if e.rhythm == r] for r in dict.fromkeys(e.rhythm for e in episodes)}
     return markdown_table(["", *COLUMNS], success_rows([group_stats(n, label, g) for n, g in groups.items() if g]))
@@ -210,7 +216,7 @@ def paired_groups(runs: Sequence[Run]) -> list[PairedComparison]:
     every two runs that played it (what changed between the runs: a model, a budget rule)."""
     won: dict[tuple[str, str], dict[tuple[str, int], bool]] = {}
     for label, episodes in runs:
-        for e in episodes:
+        for e in own(episodes):
             won.setdefault((label, e.rhythm), {})[e.game_name, e.prompt_variant] = e.won
     name = (lambda label, rhythm: f"{label}/{rhythm}") if len(runs) > 1 else (lambda label, rhythm: rhythm)
     within = [(a, b) for label, _ in runs for a, b in combinations([k for k in won if k[0] == label], 2)]
@@ -233,14 +239,21 @@ def markdown_report(runs: Sequence[Run]) -> str:
     groups = summarize(runs)
     sources = ", ".join(f"`{label}` ({len(eps)} episodes)" for label, eps in runs)
     pairs = paired_groups(runs)
+    steered = [[label, e.game_name, e.rhythm, "won" if e.won else "lost",
+                str(e.settings.get("resumed_from", {}).get("episode", DASH))]
+               for label, episodes in runs for e in episodes if e.steered]
+    steered_section = ["## Steered episodes (not counted above)", markdown_table(
+        ["run", "game", "rhythm", "outcome", "resumed from episode"], steered)] if steered else []
     game_by_game = ["## Game by game", pairs_table(pairs), "Each pair on the games (and prompt variants) both played; p is the chance of a split at least this uneven "
         "of the games only one of them won if neither were better (two-sided)."] if pairs else []
     return "\n\n".join([
         "# Report",
-        f"Runs: {sources}. Success is what the game said (`won`); all numbers come from the records.",
+        f"Runs: {sources}. Success is what the game said (`won`); all numbers come from the records, and "
+        "count only the policy's own episodes (an episode a human steered is listed apart).",
         "## Success by task type",
         markdown_table(["", *COLUMNS], success_rows(groups)),
         *game_by_game,
+        *steered_section,
         "## Behaviour",
         markdown_table(["", *MEASURES], measure_rows(groups)),
         "Steps to success: mean entries (thoughts and actions) of won episodes. Invalid actions: "

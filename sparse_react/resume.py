@@ -15,6 +15,7 @@ from sparse_react.agent import Context, Decision, LoopRules, Policy, Request, ru
 from sparse_react.env import HouseholdEnv
 from sparse_react.games.catalog import game_ref
 from sparse_react.lines import THINK_PREFIX, THOUGHT_REPLY, Kind, thought_line, thought_text
+from sparse_react.rhythms import get_rhythm
 from sparse_react.trajectory import Entry, Episode, RecordError, read_episodes
 
 
@@ -68,11 +69,13 @@ def edited_lines(episode: Episode, step: int, thought: str, insert: bool) -> lis
         raise RecordError(f"step {step} is out of range: the episode has {len(episode.entries)} steps")
     if not insert and episode.entries[step - 1].kind is not Kind.THOUGHT:
         raise RecordError(f"step {step} is an action ({episode.entries[step - 1].text!r}), not a thought: "
-                          "use --insert to add a thought before it")
+                          "insert a thought before it instead")
     thought = thought.strip()
     thought = thought_text(thought) if thought.lower().startswith(THINK_PREFIX) else thought
     if not thought:
         raise RecordError("the new thought is empty")
+    if insert:  # an edit keeps a thought where one was; an insert must be one the rhythm allows there
+        get_rhythm(episode.rhythm).check(Kind.THOUGHT, episode.entries[step - 2].kind if step > 1 else None)
     return [*episode.entries[: step - 1], Entry(step, Kind.THOUGHT, thought, THOUGHT_REPLY, mode="human")]
 
 

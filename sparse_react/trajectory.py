@@ -75,6 +75,11 @@ class Episode:
         return self.settings.get("game_name") or game_name(self.game)
 
     @property
+    def steered(self) -> bool:
+        """A human edited or inserted a thought: the episode is not the policy's own."""
+        return bool(self.settings.get("resumed_from")) or any(e.mode == "human" for e in self.entries)
+
+    @property
     def actions(self) -> list[Entry]:
         return [e for e in self.entries if e.kind is Kind.ACTION]
 
