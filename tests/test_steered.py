@@ -78,3 +78,12 @@ def test_resume_refuses_an_insert_the_rhythm_forbids(bundled_unseen, tmp_path, r
     refused = client.post("/runs/0/episodes/0/steer", data={"step": str(step), "thought": "x", "mode": "insert"})
     assert refused.status_code == 400 and rule.replace("'", "&#39;") in refused.text
     assert record.read_bytes() == before
+
+
+def test_side_by_side_refuses_two_different_games_and_names_both(run):
+    record, games = run
+    client = TestClient(create_app([record.parent]), base_url="http://127.0.0.1")
+    refused = client.get("/compare/0/0/0/1")
+    assert refused.status_code == 400 and games[0].name in refused.text and games[1].name in refused.text
+    assert "<title>Different games" in refused.text
+    assert client.get("/compare/0/1/0/1").status_code == 200

@@ -103,6 +103,9 @@ def create_app(paths: Sequence[Path | str], policy_for: PolicyFor | None = None,
             right_run, right = runs.episode(p["other_run"], p["other_index"])
         except LookupError as exc:
             return not_found(exc)
+        if left.game_name != right.game_name:
+            return page("error.html", 400, heading="Different games",
+                        title=f"side by side needs two episodes of one game: {left.game_name} and {right.game_name} differ")
         return page("compare.html", page=compare_page(EpisodeRow(left_run, p["index"], left),
                                                       EpisodeRow(right_run, p["other_index"], right)))
 
