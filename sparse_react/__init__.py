@@ -20,12 +20,12 @@ from sparse_react.errors import UserError
 from sparse_react.games.catalog import GameRef
 from sparse_react.rhythms import RHYTHMS
 from sparse_react.tasks import TaskType
-from sparse_react.trajectory import Episode, Failure, read_episodes
+from sparse_react.trajectory import Episode, Failure, read_episodes, read_records
 
 register_envs()
 
 __all__ = [
-    "find_games", "load_policy", "make_env", "run_episode", "evaluate", "Results", "read_episodes",
+    "find_games", "load_policy", "make_env", "run_episode", "evaluate", "Results", "read_episodes", "read_records",
     "Policy", "Context", "Decision", "LoopRules", "Budget", "Episode", "Failure", "GameRef", "TaskType", "RHYTHMS",
     "HouseholdEnv", "ThinkWrapper", "StepBudget", "ENV_ID", "REACT_ENV_ID", "register_envs", "UserError",
     "__version__",

@@ -337,9 +337,12 @@ def report(
     """Success by task type per rhythm, thoughts, invalid actions, failure classes, tokens, time; plots."""
     from sparse_react.report import load_runs, markdown_report, write_report
 
-    loaded = load_runs(runs)
-    paths = write_report(loaded, out)
-    typer.echo(markdown_report(loaded))
+    skipped: list = []
+    loaded = load_runs(runs, skipped)
+    paths = write_report(loaded, out, skipped)
+    typer.echo(markdown_report(loaded, skipped))
+    for bad in skipped:
+        typer.echo(f"left out: {bad}", err=True)
     typer.echo("\nwritten: " + ", ".join(str(p) for p in paths.values()))
 
 
@@ -392,6 +395,8 @@ def export_(
     counts = ", ".join(f"{n} {r}" for r, n in summary.by_rhythm.items())
     typer.echo(f"wrote {summary.examples} examples ({counts}) to {summary.path}; "
                f"{summary.not_won} episodes not won were left out")
+    for bad in summary.skipped:
+        typer.echo(f"left out: {bad}", err=True)
 
 
 @app.command()
@@ -426,6 +431,8 @@ def relabel(
     typer.echo(f"wrote {summary.examples} examples from {summary.episodes} episodes to {summary.path}")
     for problem in summary.unlabelled:
         typer.echo(f"not relabelled: {problem}", err=True)
+    for bad in summary.skipped:
+        typer.echo(f"left out: {bad}", err=True)
 
 
 @app.command()

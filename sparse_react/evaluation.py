@@ -28,7 +28,7 @@ from sparse_react.errors import UserError
 from sparse_react.games.catalog import GameRef
 from sparse_react.prompts import check_variant
 from sparse_react.rhythms import DEFAULT_RHYTHM
-from sparse_react.trajectory import EPISODES_FILE, Episode, Failure, append_episode, read_episodes
+from sparse_react.trajectory import EPISODES_FILE, Episode, Failure, append_episode, read_episodes, record_lock
 
 RUN_FORMAT = "sparse_react.run/2"
 BACKENDS = ("local", "ray")
@@ -86,10 +86,8 @@ def open_run(run_dir: Path, settings: RunSettings) -> list[Episode]:
     episodes_path = run_dir / EPISODES_FILE
     if not episodes_path.exists():
         return []
-    lines = episodes_path.read_text().splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):  # killed mid-write: that episode never finished
-        episodes_path.write_text("".join(lines[:-1]))
-    return read_episodes(episodes_path)
+    with record_lock(episodes_path):  # drops a line cut off when a run was killed mid-write
+        return read_episodes(episodes_path)
 
 
 def _what_played(settings: dict) -> dict:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -25,7 +25,7 @@ from sparse_react.lines import Kind, thought_line
 from sparse_react.report import load_runs
 from sparse_react.rhythms import get_rhythm
 from sparse_react.tasks import TaskType
-from sparse_react.trajectory import Episode
+from sparse_react.trajectory import BadLine, Episode
 
 DATA_FORMAT = "sparse_react.sft/1"
 DEFAULT_EVAL_SETS = ("valid_unseen", "valid_seen", "alfworld:valid_seen", "alfworld:valid_unseen")
@@ -37,12 +37,14 @@ class ExportError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class ExportSummary:
-    """What an export wrote: examples per rhythm, and episodes skipped because they were not won."""
+    """What an export wrote: examples per rhythm, episodes left out because they were not won, and
+    record lines left out because they are not episodes."""
 
     path: Path
     examples: int
     by_rhythm: dict[str, int]
     not_won: int
+    skipped: list[BadLine] = field(default_factory=list)
 
 
 def game_digest(path: str | Path) -> str | None:
@@ -90,7 +92,8 @@ def export(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAULT_EVA
     `rhythm` keeps one rhythm only. Raises ExportError when an episode's game is one of the
     evaluation games of `exclude`, or when nothing would be written.
     """
-    episodes = [(label, e) for label, eps in load_runs(runs) for e in in_game_order(eps)
+    skipped: list[BadLine] = []
+    episodes = [(label, e) for label, eps in load_runs(runs, skipped) for e in in_game_order(eps)
                 if rhythm is None or e.rhythm == get_rhythm(rhythm).name]
     won = [(label, e) for label, e in episodes if e.won]
     if not won:
@@ -107,7 +110,7 @@ def export(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAULT_EVA
                       "game_sha256": game_digest(episode.game), "policy": episode.policy, "run": label}
             handle.write(json.dumps(record) + "\n")
             by_rhythm[episode.rhythm] = by_rhythm.get(episode.rhythm, 0) + 1
-    return ExportSummary(out, len(won), by_rhythm, len(episodes) - len(won))
+    return ExportSummary(out, len(won), by_rhythm, len(episodes) - len(won), skipped)
 
 
 def _refuse_leaks(episodes: Iterable[Episode], games: Sequence[GameRef], sets: Sequence[str]) -> None:

@@ -25,7 +25,7 @@ from sparse_react.lines import THOUGHT_REPLY, Kind, is_thought, thought_line
 from sparse_react.policies.expert import Label, RelabellingExpertPolicy
 from sparse_react.report import load_runs
 from sparse_react.resume import ReplayPolicy
-from sparse_react.trajectory import Entry, Episode, RecordError
+from sparse_react.trajectory import BadLine, Entry, Episode, RecordError
 
 RELABEL_POLICY = RelabellingExpertPolicy.name
 GO_TO = "go to "
@@ -211,6 +211,7 @@ class RelabelSummary:
     examples: int
     episodes: int
     unlabelled: list[str]
+    skipped: list[BadLine] = field(default_factory=list)  # record lines that are not episodes
 
 
 def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAULT_EVAL_SETS,
@@ -224,7 +225,9 @@ def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAU
     if (without_go_to or each_once or each_correction_once) and not corrections_only:
         raise RelabelError("--without-go-to, --each-once and --each-correction-once choose among corrections: "
                            "give --corrections-only with them")
-    episodes = [(label, e) for label, eps in load_runs(runs) for e in in_game_order(eps) if not (lost_only and e.won)]
+    skipped: list[BadLine] = []
+    episodes = [(label, e) for label, eps in load_runs(runs, skipped) for e in in_game_order(eps)
+                if not (lost_only and e.won)]
     _refuse_leaks([e for _, e in episodes], eval_games(exclude), exclude)
     out.parent.mkdir(parents=True, exist_ok=True)
     written, unlabelled = 0, []
@@ -240,4 +243,4 @@ def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAU
             for example in relabelled_examples(episode, states, label):
                 handle.write(json.dumps(example) + "\n")
                 written += 1
-    return RelabelSummary(out, written, len(episodes), unlabelled)
+    return RelabelSummary(out, written, len(episodes), unlabelled, skipped)

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from sparse_react.claims import contradicted_claims
 from sparse_react.tasks import TaskType
-from sparse_react.trajectory import EPISODES_FILE, Episode, Failure, RecordError, failure_class, read_episodes
+from sparse_react.trajectory import EPISODES_FILE, BadLine, Episode, Failure, RecordError, failure_class, read_records
 
 COLUMNS: tuple[str, ...] = (*(t.column for t in TaskType), "All")
 DASH = "–"
@@ -23,18 +23,24 @@ DASH = "–"
 Run = tuple[str, list[Episode]]
 
 
-def load_runs(paths: Sequence[Path | str]) -> list[Run]:
+def load_runs(paths: Sequence[Path | str], skipped: list[BadLine] | None = None) -> list[Run]:
     """Read each path (a run folder holding `episodes.jsonl`, or a `.jsonl` file) as a labelled run.
 
-    The label is the run folder's name (a loose `.jsonl` file uses its stem). Raises RecordError
-    (a ValueError) naming any path that holds no episodes.
+    The label is the run folder's name (a loose `.jsonl` file uses its stem). Lines that are not
+    episodes go to `skipped` when it is given (each names its file, line and field); without it the
+    first one raises RecordError (a ValueError), as does any path that holds no episodes.
     """
     runs: list[Run] = []
     for path, label in zip(map(Path, paths), run_labels(paths)):
         file = path / EPISODES_FILE if path.is_dir() else path
         if path.is_dir() and not file.is_file():
             raise RecordError(f"{path}: no {EPISODES_FILE} in this run folder")
-        episodes = read_episodes(file)
+        records = read_records(file)
+        if records.bad and skipped is None:
+            raise RecordError(f"{records.bad[0]}: not an episode record")
+        if skipped is not None:
+            skipped.extend(records.bad)
+        episodes = records.episodes
         if not episodes:
             raise RecordError(f"{file}: no episodes in this record file")
         runs.append((label, episodes))
@@ -234,8 +240,9 @@ def pairs_table(pairs: Sequence[PairedComparison]) -> str:
                            "p (exact McNemar)"], rows)
 
 
-def markdown_report(runs: Sequence[Run]) -> str:
-    """The whole report as Markdown: success by task type, game-by-game pairs, then the other measures."""
+def markdown_report(runs: Sequence[Run], skipped: Sequence[BadLine] = ()) -> str:
+    """The whole report as Markdown: success by task type, game-by-game pairs, then the other measures;
+    last, the record lines that are not episodes (`skipped`, from `load_runs`)."""
     groups = summarize(runs)
     sources = ", ".join(f"`{label}` ({len(eps)} episodes)" for label, eps in runs)
     pairs = paired_groups(runs)
@@ -244,6 +251,9 @@ def markdown_report(runs: Sequence[Run]) -> str:
                for label, episodes in runs for e in episodes if e.steered]
     steered_section = ["## Steered episodes (not counted above)", markdown_table(
         ["run", "game", "rhythm", "outcome", "resumed from episode"], steered)] if steered else []
+    unreadable = ["## Lines that are not episodes (left out)", markdown_table(
+        ["file", "line", "field", "problem"], [[str(b.path), str(b.line), b.field or DASH, b.message.replace("|", "\\|")] for b in skipped])
+    ] if skipped else []
     game_by_game = ["## Game by game", pairs_table(pairs), "Each pair on the games (and prompt variants) both played; p is the chance of a split at least this uneven "
         "of the games only one of them won if neither were better (two-sided)."] if pairs else []
     return "\n\n".join([
@@ -262,6 +272,7 @@ def markdown_report(runs: Sequence[Run]) -> str:
         "False claim: episodes not won with a thought claiming an object found that no observation had shown "
         "(counted besides their class). "
         f"Tokens: mean over episodes with known token counts ({DASH} when none).",
+        *unreadable,
     ]) + "\n"
 
 
@@ -354,7 +365,7 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def write_report(runs: Sequence[Run], out_dir: Path | str) -> dict[str, Path]:
+def write_report(runs: Sequence[Run], out_dir: Path | str, skipped: Sequence[BadLine] = ()) -> dict[str, Path]:
     """Write report.md, report.csv and the PNG plots into out_dir; return their paths by name."""
     if not runs:
         raise RecordError("no runs to report on")
@@ -362,6 +373,6 @@ def write_report(runs: Sequence[Run], out_dir: Path | str) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     groups = summarize(runs)
     paths = {"markdown": out_dir / "report.md", "csv": out_dir / "report.csv"}
-    paths["markdown"].write_text(markdown_report(runs))
+    paths["markdown"].write_text(markdown_report(runs, skipped))
     write_csv(groups, paths["csv"])
     return paths | write_plots(groups, out_dir)

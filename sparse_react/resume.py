@@ -16,7 +16,7 @@ from sparse_react.env import HouseholdEnv
 from sparse_react.games.catalog import game_ref
 from sparse_react.lines import THINK_PREFIX, THOUGHT_REPLY, Kind, thought_line, thought_text
 from sparse_react.rhythms import get_rhythm
-from sparse_react.trajectory import Entry, Episode, RecordError, read_episodes
+from sparse_react.trajectory import Entry, Episode, RecordError, read_records
 
 
 @dataclass
@@ -80,8 +80,9 @@ def edited_lines(episode: Episode, step: int, thought: str, insert: bool) -> lis
 
 
 def load_episode(record: str | Path, index: int) -> Episode:
-    """Episode `index` (0-based) of a record file; RecordError when there is no such episode."""
-    episodes = read_episodes(record)
+    """Episode `index` (0-based, counting episodes, not lines that are not episodes) of a record file;
+    RecordError when there is no such episode."""
+    episodes = read_records(record).episodes
     if not 0 <= index < len(episodes):
         raise RecordError(f"episode {index} is out of range: {record} holds {len(episodes)} episodes")
     return episodes[index]

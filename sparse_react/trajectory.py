@@ -6,11 +6,19 @@ nothing re-runs a game to learn what happened in it.
 
 from __future__ import annotations
 
+import fcntl
 import json
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Iterator, TextIO
+
+from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only from Python 3.12
+
+from pydantic import BeforeValidator, ConfigDict, TypeAdapter, ValidationError, with_config
+from pydantic_core import PydanticCustomError
 
 from sparse_react.errors import UserError
 from sparse_react.lines import NOTHING_HAPPENS, Kind
@@ -35,6 +43,32 @@ class RecordError(UserError, ValueError):
     """A record file or line that cannot be read; the message names the file and line."""
 
 
+STRICT = ConfigDict(strict=True)  # a record's types are checked as written: "yes" is not a bool, "3" not an int
+OPEN = ConfigDict(strict=True, extra="allow")  # known keys are checked, others kept as they are
+
+
+@with_config(OPEN)
+class ResumedFrom(TypedDict, total=False):
+    """Where a steered episode came from: the record, episode and step a human edited."""
+
+    record: str
+    episode: int
+    step: int
+    insert: bool
+
+
+@with_config(OPEN)
+class EpisodeSettings(TypedDict, total=False):
+    """The loop's rules an episode was played under, and what resumption or relabelling added."""
+
+    max_steps: int
+    thoughts_count: bool
+    loop_repeats: int
+    game_name: str
+    resumed_from: ResumedFrom
+
+
+@with_config(STRICT)
 @dataclass
 class Entry:
     """One line of an episode: a thought (answered `OK.`) or an action and its observation."""
@@ -48,6 +82,7 @@ class Entry:
     mode: str | None = None  # how the policy chose an action: expert, scripted, scored, free, ...
 
 
+@with_config(STRICT)
 @dataclass
 class Episode:
     """One episode of one game. `won` is what the game said; nothing else counts as success."""
@@ -59,7 +94,7 @@ class Episode:
     policy: str
     initial_observation: str
     prompt_variant: int = 0
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: EpisodeSettings = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     entries: list[Entry] = field(default_factory=list)
     won: bool = False
@@ -165,31 +200,137 @@ def failure_class(episode: Episode) -> Failure | None:
     return episode.failure
 
 
-def append_episode(path: str | Path, episode: Episode) -> None:
-    """Append one episode as a JSON line and flush it to disk."""
+@contextmanager
+def record_lock(path: str | Path) -> Iterator[TextIO]:
+    """The record file open for appending, under the one lock every writer takes (eval, resume, the view).
+
+    The lock is the file's own (flock), so no lock file is left beside the record, and the kernel
+    lets go of it when a writer dies. Under the lock nobody is writing, so a last line without its
+    end of line was cut off by a writer that died: it is dropped (it never was a finished episode)
+    rather than left to swallow the next one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
-        handle.write(json.dumps(episode.to_dict()) + "\n")
-        handle.flush()
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        _drop_cut_line(path)
+        yield handle
 
 
-def read_episodes(path: str | Path) -> list[Episode]:
-    """Read every episode of a JSONL record file; RecordError names the file and line of a bad one."""
+def _drop_cut_line(path: Path, chunk: int = 1 << 16) -> None:
+    with path.open("rb+") as handle:
+        end = position = handle.seek(0, 2)
+        while position > 0:
+            start = max(0, position - chunk)
+            handle.seek(start)
+            tail = handle.read(position - start)
+            if position == end and tail.endswith(b"\n"):
+                return
+            if (newline := tail.rfind(b"\n")) >= 0:
+                handle.truncate(start + newline + 1)
+                return
+            position = start
+        handle.truncate(0)
+
+
+def write_episode(handle: TextIO, episode: Episode) -> None:
+    """Write one episode as a JSON line to a record held with `record_lock`, and flush it to disk."""
+    handle.write(json.dumps(episode.to_dict()) + "\n")
+    handle.flush()
+
+
+def append_episode(path: str | Path, episode: Episode) -> None:
+    """Append one episode as a JSON line under the record's lock, and flush it to disk."""
+    with record_lock(path) as handle:
+        write_episode(handle, episode)
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """A line of a record file that is not an episode: where it is, which field is wrong, and why."""
+
+    path: Path
+    line: int
+    message: str
+    field: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.path}, line {self.line}: " + (f"{self.field}: " if self.field else "") + self.message
+
+
+@dataclass
+class Records:
+    """What a record file holds: its episodes in file order, each one's line, and the lines that are not episodes."""
+
+    path: Path
+    episodes: list[Episode] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    bad: list[BadLine] = field(default_factory=list)
+
+
+def _check_format(value: Any) -> Any:
+    if isinstance(value, dict) and value.get("format") != EPISODE_FORMAT:
+        got = repr(value.get("format"))[:60]
+        raise PydanticCustomError("format", f"not a {EPISODE_FORMAT} record (format={got})")
+    return value
+
+
+@cache
+def _episode_schema() -> TypeAdapter:
+    return TypeAdapter(Annotated[Episode, BeforeValidator(_check_format)])
+
+
+def _field(location: tuple) -> str:
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in location).lstrip(".")
+
+
+def parse_episode(line: str | bytes, path: Path | str = "", number: int = 0) -> Episode | BadLine:
+    """One record line as an Episode, its types checked as written; a BadLine naming the field when it is not one."""
+    try:
+        return _episode_schema().validate_json(line)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        got = "" if error["type"] in ("json_invalid", "format", "missing") else f", got {str(error.get('input'))[:40]!r}"
+        return BadLine(Path(path), number, f"{error['msg']}{got}{more}", _field(error["loc"]))
+
+
+def read_records(path: str | Path) -> Records:
+    """Read a JSONL record file line by line, keeping every episode and naming every line that is not one.
+
+    A bad line (not JSON, not UTF-8, nested too deep, a field of the wrong type) costs only itself,
+    and a cut-off last line is named as unfinished (an episode still being written). RecordError only when
+    the file itself cannot be read."""
     path = Path(path)
     try:
-        lines = path.read_text().splitlines()
+        data = path.read_bytes()
     except FileNotFoundError:
         raise RecordError(f"record file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise RecordError(f"cannot read {path}: {exc}") from None
-    episodes = []
+    records = Records(path)
+    lines = data.split(b"\n")
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            episodes.append(Episode.from_dict(json.loads(line)))
-        except (json.JSONDecodeError, RecordError, TypeError, ValueError, KeyError) as exc:
-            raise RecordError(f"{path}, line {number}: not an episode record ({exc})") from None
-    return episodes
+            line.decode()
+        except UnicodeDecodeError as exc:
+            records.bad.append(BadLine(path, number, f"not UTF-8 (byte {line[exc.start]:#04x} at column {exc.start + 1})"))
+            continue
+        parsed = parse_episode(line, path, number)
+        if isinstance(parsed, BadLine) and number == len(lines):  # no end of line: cut off, or still being written
+            records.bad.append(BadLine(path, number, "unfinished: no end of line yet (still being written, or cut off)"))
+        elif isinstance(parsed, BadLine):
+            records.bad.append(parsed)
+        else:
+            records.episodes.append(parsed)
+            records.lines.append(number)
+    return records
 
+
+def read_episodes(path: str | Path) -> list[Episode]:
+    """Every episode of a JSONL record file; RecordError naming the file, line and field of the first bad line."""
+    records = read_records(path)
+    if records.bad:
+        raise RecordError(f"{records.bad[0]}: not an episode record")
+    return records.episodes

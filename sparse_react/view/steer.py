@@ -1,21 +1,18 @@
 """Steering from the browser: edit (or insert) a thought and let the run's own policy carry on,
-through `sparse_react.resume`; the new episode is appended to the run's record under a file lock."""
+through `sparse_react.resume`; the new episode is appended to the run's record under the lock every writer takes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-from filelock import FileLock
-
 from sparse_react.agent import Policy
 from sparse_react.policies import make_policy, policy_from_spec
 from sparse_react.resume import edited_lines, resume
-from sparse_react.trajectory import Episode, RecordError, append_episode, read_episodes
+from sparse_react.trajectory import Episode, read_records, record_lock, write_episode
 from sparse_react.view.records import Run, RunSet
 
 PolicyFor = Callable[[Run, Episode], Policy]
-LOCK_TIMEOUT = 600  # seconds to wait for another edit of the same record to finish
 
 
 def run_policy(run: Run, episode: Episode, endpoint: str | None = None) -> Policy:
@@ -54,13 +51,10 @@ def steer(runs: RunSet, run_index: int, index: int, step: int, thought: str, ins
     """Resume episode `index` of run `run_index` after the edit and append it; returns the new
     episode's index. Bad input raises RecordError before any file changes."""
     run, old = runs.episode(run_index, index)
-    if run.bad:
-        raise RecordError(f"{run.record} has lines that are not episodes (line {run.bad[0].line}): "
-                          "steering appends to it, so fix the record first")
     edited_lines(old, step, thought, insert)  # every check resume makes, before a game loads
     policy = policy_for(run, old)
-    with FileLock(f"{run.record}.lock", timeout=LOCK_TIMEOUT):
-        new, _ = resume(run.record, index, step, thought, policy, insert=insert, old=old)
-        position = len(read_episodes(run.record))
-        append_episode(run.record, new)
+    new, _ = resume(run.record, index, step, thought, policy, insert=insert, old=old)
+    with record_lock(run.record) as handle:  # an eval may be appending to the same record
+        position = len(read_records(run.record).episodes)
+        write_episode(handle, new)
     return position
