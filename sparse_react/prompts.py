@@ -14,11 +14,14 @@ from functools import lru_cache
 from pathlib import Path
 
 import yaml
+from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
+from typing_extensions import NotRequired, TypedDict  # pydantic reads typing.TypedDict only from Python 3.12
 
 from sparse_react.bundled import bundled_dir
 from sparse_react.errors import UserError
 from sparse_react.lines import THINK, THOUGHT_REPLY
 from sparse_react.rhythms import Rhythm
+from sparse_react.schema import first_error
 from sparse_react.tasks import TaskType
 
 VARIANTS: tuple[tuple[int, int], ...] = tuple(itertools.permutations(range(3), 2))
@@ -60,27 +63,46 @@ def prompts_dir() -> Path:
     return Path(override) if override else bundled_dir("prompts")
 
 
+@with_config(ConfigDict(strict=True))
+class TurnFile(TypedDict):
+    action: str
+    observation: str
+    thoughts: NotRequired[dict[str, str] | None]  # rhythm name: the thought before the action
+
+
+@with_config(ConfigDict(strict=True))
+class ExampleFile(TypedDict):
+    game: str
+    observation: str
+    turns: list[TurnFile]
+
+
+@with_config(ConfigDict(strict=True))
+class PromptFile(TypedDict):
+    """A prompt file: the solved examples of one task type."""
+
+    examples: list[ExampleFile]
+
+
+PROMPT_SCHEMA = TypeAdapter(PromptFile)
+
+
 @lru_cache(maxsize=None)
 def load_examples(task_type: TaskType, folder: Path | None = None) -> tuple[Example, ...]:
-    """The three examples of a task type."""
+    """The three examples of a task type; PromptError naming the file (and the field) when it is not a prompt file."""
     path = (folder or prompts_dir()) / f"{task_type.value}.yaml"
     try:
-        data = yaml.safe_load(path.read_text())
-        examples = tuple(
-            Example(
-                game=str(ex["game"]),
-                observation=str(ex["observation"]).strip(),
-                turns=tuple(
-                    Turn(str(t["action"]), str(t["observation"]), {k: str(v) for k, v in (t.get("thoughts") or {}).items()})
-                    for t in ex["turns"]
-                ),
-            )
-            for ex in data["examples"]
-        )
+        data = PROMPT_SCHEMA.validate_python(yaml.safe_load(path.read_bytes()))
     except FileNotFoundError:
         raise PromptError(f"prompt file not found: {path}") from None
-    except (yaml.YAMLError, KeyError, TypeError) as exc:
+    except (OSError, yaml.YAMLError, RecursionError) as exc:
         raise PromptError(f"{path} is not a prompt file: {exc}") from None
+    except ValidationError as exc:
+        field, message = first_error(exc)
+        raise PromptError(f"{path} is not a prompt file: {field + ': ' if field else ''}{message}") from None
+    examples = tuple(Example(ex["game"], ex["observation"].strip(),
+                             tuple(Turn(t["action"], t["observation"], t.get("thoughts") or {}) for t in ex["turns"]))
+                     for ex in data["examples"])
     if len(examples) != 3:
         raise PromptError(f"{path} must hold 3 examples, found {len(examples)}")
     return examples

@@ -22,6 +22,7 @@ from pydantic_core import PydanticCustomError
 
 from sparse_react.errors import UserError
 from sparse_react.lines import NOTHING_HAPPENS, Kind
+from sparse_react.schema import first_error
 from sparse_react.tasks import game_name
 
 EPISODE_FORMAT = "sparse_react.episode/1"
@@ -279,19 +280,13 @@ def _episode_schema() -> TypeAdapter:
     return TypeAdapter(Annotated[Episode, BeforeValidator(_check_format)])
 
 
-def _field(location: tuple) -> str:
-    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in location).lstrip(".")
-
-
 def parse_episode(line: str | bytes, path: Path | str = "", number: int = 0) -> Episode | BadLine:
     """One record line as an Episode, its types checked as written; a BadLine naming the field when it is not one."""
     try:
         return _episode_schema().validate_json(line)
     except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        got = "" if error["type"] in ("json_invalid", "format", "missing") else f", got {str(error.get('input'))[:40]!r}"
-        return BadLine(Path(path), number, f"{error['msg']}{got}{more}", _field(error["loc"]))
+        field, message = first_error(exc)
+        return BadLine(Path(path), number, message, field)
 
 
 def read_records(path: str | Path) -> Records:

@@ -6,12 +6,15 @@ solution); the PDDL domain and the text grammar come from the installed alfworld
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
+from typing_extensions import NotRequired, TypedDict  # pydantic reads typing.TypedDict only from Python 3.12
+
 from sparse_react.errors import UserError
+from sparse_react.schema import first_error
 
 ALFWORLD_GAME_FILE = "game.tw-pddl"
 COMPACT_GAME_FILE = "game.json"
@@ -51,38 +54,50 @@ def compact_game(task: str, pddl_problem: str, walkthrough: list[str], **provena
             **provenance}
 
 
+@with_config(ConfigDict(strict=True))
+class CompactGame(TypedDict):
+    """What loading reads of a compact game (provenance fields beside these are ignored)."""
+
+    task: str
+    pddl_problem: str
+    walkthrough: list[str]
+
+
+@with_config(ConfigDict(strict=True))
+class AlfworldGame(TypedDict):
+    """What loading reads of an ALFWorld `game.tw-pddl` file."""
+
+    pddl_domain: str
+    grammar: str
+    pddl_problem: str
+    walkthrough: NotRequired[list[str] | None]
+
+
+GAME_SCHEMAS = {"object": TypeAdapter(dict[str, Any]), "compact": TypeAdapter(CompactGame),
+                "alfworld": TypeAdapter(AlfworldGame)}
+
+
 def load_game_data(path: str | Path) -> dict[str, Any]:
     """Read a game file into the mapping textworld's PddlEnv loads.
 
     Returns a dict with `pddl_domain`, `grammar`, `pddl_problem` and `walkthrough`.
-    Raises GameFileError naming the file when it is missing or is not a game.
+    Raises GameFileError naming the file (and the field) when it is missing or is not a game.
     """
     path = Path(path)
     try:
-        raw = json.loads(path.read_text())
+        raw = GAME_SCHEMAS["object"].validate_json(path.read_bytes())
+        kind = "compact" if raw.get("format") == COMPACT_FORMAT else "alfworld"
+        game = GAME_SCHEMAS[kind].validate_python(raw)
     except FileNotFoundError:
         raise GameFileError(f"game file not found: {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except OSError as exc:
         raise GameFileError(f"{path} is not a game file: {exc}") from None
-    if not isinstance(raw, dict):
-        raise GameFileError(f"{path} is not a game file: expected a JSON object")
-    if raw.get("format") == COMPACT_FORMAT:
-        missing = [k for k in COMPACT_KEYS if k not in raw]
-        if missing:
-            raise GameFileError(f"{path} is a compact game without {', '.join(missing)}")
+    except ValidationError as exc:
+        field, message = first_error(exc)
+        what = "a compact game" if field and kind == "compact" else "not a game file"
+        raise GameFileError(f"{path} is {what}: {field + ': ' if field else ''}{message}") from None
+    if kind == "compact":
         domain, _ = alfworld_logic()
-        return {
-            "pddl_domain": domain,
-            "grammar": grammar_for_task(raw["task"]),
-            "pddl_problem": raw["pddl_problem"],
-            "walkthrough": list(raw["walkthrough"]),
-        }
-    missing = [k for k in ("pddl_domain", "grammar", "pddl_problem") if not isinstance(raw.get(k), str)]
-    if missing:
-        raise GameFileError(f"{path} is not a game file: no {', '.join(missing)}")
-    return {
-        "pddl_domain": raw["pddl_domain"],
-        "grammar": raw["grammar"],
-        "pddl_problem": raw["pddl_problem"],
-        "walkthrough": list(raw.get("walkthrough") or []),
-    }
+        return {"pddl_domain": domain, "grammar": grammar_for_task(game["task"]),
+                "pddl_problem": game["pddl_problem"], "walkthrough": game["walkthrough"]}
+    return {**game, "walkthrough": game.get("walkthrough") or []}
