@@ -357,7 +357,9 @@ def view(
                                          "this machine); repeatable."),
     endpoint: Optional[str] = typer.Option(None, help=STEER_ENDPOINT_HELP),
     static: Optional[Path] = typer.Option(None, "--static", help="Write the pages as plain files into this folder "
-                                          "(no steering) instead of serving them."),
+                                          "(new or empty; no steering) instead of serving them."),
+    force: bool = typer.Option(False, "--force", help="With --static: write into a folder that is not empty, or "
+                               "a run folder."),
 ) -> None:
     """Open runs in a browser: the report, episodes with filters, one episode, two side by side, and
     editing a thought to resume."""
@@ -365,7 +367,7 @@ def view(
     from sparse_react.view.serve import Listener
 
     if static is not None:
-        written = export_static(runs, static)
+        written = export_static(runs, static, force=force)
         typer.echo(f"wrote {len(written)} pages to {static}; open {static / 'index.html'}")
         return
     import uvicorn

@@ -18,7 +18,8 @@ from starlette.routing import Route
 
 from sparse_react.errors import UserError
 from sparse_react.view.links import ServerLinks
-from sparse_react.view.pages import EpisodeRow, Filters, compare_page, entry_views, episodes_page, runs_page, same_game
+from sparse_react.view.pages import (
+    OTHERS_SHOWN, EpisodeRow, Filters, Sort, compare_page, entry_views, episodes_page, page_number, runs_page, same_game)
 from sparse_react.view.records import RunSet
 from sparse_react.view.render import render
 from sparse_react.view.steer import PolicyFor, Steering, run_policy, steer, steering
@@ -35,7 +36,7 @@ def host_name(netloc: str) -> str:
 
 def create_app(paths: Sequence[Path | str], policy_for: PolicyFor | None = None,
                allowed_hosts: Sequence[str] = LOOPBACK_NAMES, token: str | None = None,
-               endpoint: str | None = None) -> Starlette:
+               endpoint: str | None = None, cache: bool = True) -> Starlette:
     """An app over the run folders (or record files) in `paths`, the only files it reads or writes.
 
     `allowed_hosts` are the names it answers to: a request whose Host names another, or a post
@@ -43,8 +44,9 @@ def create_app(paths: Sequence[Path | str], policy_for: PolicyFor | None = None,
     this machine (DNS rebinding). With `token` (a bind beyond loopback) every request needs it:
     `?token=...` once, then a same-site cookie. `policy_for` picks who carries on after a thought
     is edited; by default the run's own policy, and for a served model the server at `endpoint`
-    (the one the user named; a record's endpoint is never contacted)."""
-    runs = RunSet(paths)
+    (the one the user named; a record's endpoint is never contacted). Each record is read once and
+    again when its file changes; `cache=False` reads every record on every page (as before)."""
+    runs = RunSet(paths, cache=cache)
     hosts = {name.strip("[]").lower() for name in allowed_hosts}
     carry_on = policy_for or partial(run_policy, endpoint=endpoint)
 
@@ -81,7 +83,8 @@ def create_app(paths: Sequence[Path | str], policy_for: PolicyFor | None = None,
     async def episodes_view(request: Request) -> Response:
         query = request.query_params
         filters = Filters(**{k: query.get(k, "") for k in Filters.__dataclass_fields__})
-        return page("episodes.html", page=episodes_page(runs.runs(), filters))
+        return page("episodes.html", page=episodes_page(runs.runs(), filters, Sort.parse(query.get("sort", "")),
+                                                        page_number(query.get("page", ""))))
 
     def episode_page(run_index: int, index: int, message: str = "", status: int = 200) -> Response:
         try:
@@ -90,7 +93,8 @@ def create_app(paths: Sequence[Path | str], policy_for: PolicyFor | None = None,
             return not_found(exc)
         others = [r for r in same_game(runs.runs(), episode) if (r.run.index, r.index) != (run_index, index)]
         return page("episode.html", status, row=EpisodeRow(run, index, episode), entries=entry_views(episode),
-                    others=others, message=message,
+                    others=others[:OTHERS_SHOWN], more_others=len(others) - len(others[:OTHERS_SHOWN]),
+                    message=message,
                     steering=Steering(True, "") if policy_for else steering(run, episode, endpoint))
 
     async def episode_view(request: Request) -> Response:

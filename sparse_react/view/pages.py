@@ -7,8 +7,9 @@ import base64
 import difflib
 import tempfile
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 from sparse_react.lines import NOTHING_HAPPENS, Kind
 from sparse_react.report import (
@@ -45,9 +46,19 @@ class RunsPage:
     plots: dict[str, str]  # name -> data: URI of the PNG
     pairs: list[PairedComparison]
 
-    @property
+    @cached_property
     def measures(self) -> list[list[str]]:
         return measure_rows(self.groups)
+
+    @cached_property
+    def p_values(self) -> list[float]:
+        """Each pair's exact McNemar p (worked out once: it sums binomials over every game only one won)."""
+        return [pair.p_value for pair in self.pairs]
+
+    @cached_property
+    def steered(self) -> dict[int, int]:
+        """Per run (by index), the episodes a human steered."""
+        return {run.index: sum(e.steered for e in run.episodes) for run in self.runs}
 
     def run_index(self, label: str) -> str:
         return next(str(r.index) for r in self.runs if r.label == label)
@@ -71,33 +82,48 @@ def _plots(groups: list[GroupStats], key: tuple) -> dict[str, str]:
     return _PLOT_CACHE[key]
 
 
+_RUNS_PAGE: list[tuple[list[Run], RunsPage]] = []  # the last page and the runs (as read) it was computed from
+
+
 def runs_page(runs: list[Run]) -> RunsPage:
-    """Success by task type per run and rhythm, exactly as `sparse-react report` computes it."""
+    """Success by task type per run and rhythm, exactly as `sparse-react report` computes it;
+    computed once per state of the records (the runs as RunSet last read them)."""
+    if _RUNS_PAGE and len(_RUNS_PAGE[0][0]) == len(runs) and all(a is b for a, b in zip(_RUNS_PAGE[0][0], runs)):
+        return _RUNS_PAGE[0][1]
     report_runs = [(run.label, run.episodes) for run in runs if run.episodes]
     groups = summarize(report_runs)
     key = tuple((r.label, len(r.episodes), tuple(r.lines)) for r in runs)
-    return RunsPage(runs, COLUMNS, success_rows(groups), groups, _plots(groups, key) if groups else {},
+    page = RunsPage(runs, COLUMNS, success_rows(groups), groups, _plots(groups, key) if groups else {},
                     paired_groups(report_runs))
+    _RUNS_PAGE[:] = [(runs, page)]
+    return page
 
 
 @dataclass(frozen=True)
 class Filters:
-    """The Episodes page's filters; empty strings mean 'any'."""
+    """The Episodes page's filters; empty strings mean 'any'. `q` is looked for (ignoring case) in
+    the game's name, the task, and every thought, action and observation; `game` is one game's name."""
 
     run: str = ""
     rhythm: str = ""
     task: str = ""
     outcome: str = ""
     failure: str = ""
+    game: str = ""
     q: str = ""
 
-    def keeps(self, run: Run, episode: Episode) -> bool:
-        q = self.q.strip().lower()
+    def keeps(self, row: "EpisodeRow") -> bool:
+        run, episode, q = row.run, row.episode, self.q.strip().lower()
         return ((not self.run or self.run == str(run.index)) and (not self.rhythm or self.rhythm == episode.rhythm)
                 and (not self.task or self.task == episode.task_type)
                 and (not self.outcome or self.outcome == outcome(episode))
                 and (not self.failure or self.failure == (episode.failure.value if episode.failure else ""))
-                and (not q or any(q in e.text.lower() for e in episode.thoughts)))
+                and (not self.game or self.game == episode.game_name)
+                and (not q or q in run.search_texts[row.index]))
+
+    def query(self) -> dict[str, str]:
+        """The filters that are set, as a link's query parameters."""
+        return {name: value for name, value in vars(self).items() if value}
 
 
 @dataclass(frozen=True)
@@ -111,33 +137,144 @@ class EpisodeRow:
         return self.episode.game_name
 
 
+PAGE_SIZE = 100  # episodes per page of the Episodes list
+OTHERS_SHOWN = 24  # episodes of the same game an episode page links to side by side; the rest are a filtered list away
+
+
+def _tokens(row: EpisodeRow) -> int | None:
+    return row.episode.tokens
+
+
+def _outcome_text(row: EpisodeRow) -> str:
+    failure = row.episode.failure
+    return outcome(row.episode) + (f": {failure.value}" if failure and not row.episode.won else "")
+
+
+# column -> (header, sort key); a key of None sorts last whichever the direction
+COLUMN_SORTS: dict[str, tuple[str, Callable[[EpisodeRow], Any]]] = {
+    "run": ("run", lambda r: r.run.index),
+    "index": ("#", lambda r: r.index),
+    "game": ("game", lambda r: r.game_name),
+    "task": ("task", lambda r: task_column(r.episode.task_type)),
+    "rhythm": ("rhythm", lambda r: r.episode.rhythm),
+    "outcome": ("outcome", _outcome_text),
+    "steps": ("steps", lambda r: len(r.episode.entries)),
+    "thoughts": ("thoughts", lambda r: len(r.episode.thoughts)),
+    "tokens": ("tokens", _tokens),
+    "time": ("time (s)", lambda r: r.episode.wall_time),
+}
+
+
+@dataclass(frozen=True)
+class Sort:
+    """A column to sort the Episodes list by (`?sort=steps`, or `?sort=-steps` for descending);
+    the sort is stable, so rows that tie keep run and file order. Empty: run and file order."""
+
+    column: str = ""
+    descending: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> "Sort":
+        column = text.strip().lstrip("-")
+        return cls(column, text.strip().startswith("-")) if column in COLUMN_SORTS else cls()
+
+    def __str__(self) -> str:
+        return ("-" if self.descending else "") + self.column if self.column else ""
+
+    def apply(self, rows: list[EpisodeRow]) -> list[EpisodeRow]:
+        if not self.column:
+            return rows
+        key = COLUMN_SORTS[self.column][1]
+        keyed = [(key(r), r) for r in rows]
+        known = sorted((k for k in keyed if k[0] is not None), key=lambda k: k[0], reverse=self.descending)
+        return [r for _, r in known] + [r for k, r in keyed if k is None]
+
+    def toggled(self, column: str) -> "Sort":
+        """What a column's header links to: ascending, or descending when already sorted ascending by it."""
+        return Sort(column, self.column == column and not self.descending)
+
+
 @dataclass
 class EpisodesPage:
-    """The filtered list, with counts, the choices each filter offers, and bad lines as error rows."""
+    """One page of the filtered, sorted list, with counts over every matching episode, the choices
+    each filter offers, and bad lines as error rows (on the first page)."""
 
     filters: Filters
-    rows: list[EpisodeRow]
+    rows: list[EpisodeRow]  # this page's rows
+    matching: int
+    won: int
     total: int
     runs: list[Run]
     choices: dict[str, list[tuple[str, str]]]
+    sort: Sort = field(default_factory=Sort)
+    number: int = 1
+    pages: int = 1
+    first: int = 0  # the position (from 0) of this page's first row among the matching ones
 
     @property
-    def won(self) -> int:
-        return sum(r.episode.won for r in self.rows)
+    def lost(self) -> int:
+        return self.matching - self.won
+
+    def link(self, links: Any, number: int | None = None, sort: Sort | None = None, **filters: str) -> str:
+        """A link to another page of this list, or to the list sorted or filtered otherwise (from its
+        first page), keeping the other filters and the sort."""
+        query = {k: v for k, v in {**self.filters.query(), **filters}.items() if v}
+        sort = self.sort if sort is None else sort
+        if str(sort):
+            query["sort"] = str(sort)
+        if number is not None and number > 1:
+            query["page"] = str(number)
+        return links.episodes(**query)
+
+    @property
+    def page_numbers(self) -> list[int | None]:
+        """The page links to show: the first, the last and those near this one; None for a gap."""
+        near = {1, self.pages, *range(max(1, self.number - 2), min(self.pages, self.number + 2) + 1)}
+        shown: list[int | None] = []
+        for n in sorted(near):
+            if shown and n - (shown[-1] or 0) > 1:
+                shown.append(None)
+            shown.append(n)
+        return shown
+
+    @property
+    def columns(self) -> list[tuple[str, str]]:
+        return [(name, header) for name, (header, _) in COLUMN_SORTS.items()]
 
 
-def episodes_page(runs: list[Run], filters: Filters) -> EpisodesPage:
-    everything = [EpisodeRow(run, i, e) for run in runs for i, e in enumerate(run.episodes)]
-    episodes = [r.episode for r in everything]
+def page_number(text: str) -> int:
+    """`?page=` as a page number from 1; anything else is the first page."""
+    return int(text) if text.isdigit() and int(text) > 0 else 1
+
+
+_ROWS: list[tuple[list[Run], list[EpisodeRow], list[str]]] = []  # the last runs (as read), their rows and rhythms
+
+
+def _all_rows(runs: list[Run]) -> tuple[list[EpisodeRow], list[str]]:
+    """Every episode's row in run and file order, and the rhythms they hold: made once per state of the records."""
+    if not (_ROWS and len(_ROWS[0][0]) == len(runs) and all(a is b for a, b in zip(_ROWS[0][0], runs))):
+        rows = [EpisodeRow(run, i, e) for run in runs for i, e in enumerate(run.episodes)]
+        _ROWS[:] = [(runs, rows, list(dict.fromkeys(r.episode.rhythm for r in rows)))]
+    return _ROWS[0][1], _ROWS[0][2]
+
+
+def episodes_page(runs: list[Run], filters: Filters, sort: Sort = Sort(), number: int = 1,
+                  page_size: int = PAGE_SIZE) -> EpisodesPage:
+    """Page `number` (from 1; past the last, the last) of the episodes that pass `filters`, sorted by `sort`."""
+    everything, rhythms = _all_rows(runs)
     choices = {
         "run": [(str(r.index), r.label) for r in runs],
-        "rhythm": [(x, x) for x in dict.fromkeys(e.rhythm for e in episodes)],
+        "rhythm": [(x, x) for x in rhythms],
         "task": [(t.value, t.column) for t in TaskType],
         "outcome": [(x, x) for x in OUTCOMES],
         "failure": [(f.value, f.value) for f in Failure],
     }
-    rows = [r for r in everything if filters.keeps(r.run, r.episode)]
-    return EpisodesPage(filters, rows, len(everything), runs, choices)
+    rows = sort.apply([r for r in everything if filters.keeps(r)] if filters.query() else everything)
+    pages = max(1, -(-len(rows) // page_size))
+    number = min(max(1, number), pages)
+    first = (number - 1) * page_size
+    return EpisodesPage(filters, rows[first:first + page_size], len(rows), sum(r.episode.won for r in rows),
+                        len(everything), runs, choices, sort, number, pages, first)
 
 
 @dataclass(frozen=True)
@@ -167,8 +304,8 @@ def entry_views(episode: Episode) -> list[EntryView]:
 
 
 def same_game(runs: Iterable[Run], episode: Episode) -> list[EpisodeRow]:
-    """Every episode of the same game, in any run or rhythm."""
-    return [EpisodeRow(run, i, e) for run in runs for i, e in enumerate(run.episodes) if e.game == episode.game]
+    """Every episode of the same game (by its name, wherever its files sit), in any run or rhythm."""
+    return [EpisodeRow(run, i, run.episodes[i]) for run in runs for i in run.by_game.get(episode.game_name, ())]
 
 
 @dataclass(frozen=True)
