@@ -28,7 +28,8 @@ from sparse_react.cards import MODEL_CARD
 from sparse_react.steps import Steps
 from sparse_react.tasks import TaskType
 
-from ablation_tables import eval_runs, ship_adapter, write_ablation_report  # experiments/, the script's folder
+from ablation_tables import (  # experiments/, the script's folder
+    eval_runs, ship_adapter, shipped_line, write_ablation_report)
 
 
 def main() -> None:
@@ -81,7 +82,7 @@ def main() -> None:
             step(["eval", "--games", games, "--model", str(model), "--rhythms", rhythm, "--batch", args.batch,
                   "--out", str(runs[-1])])
         if args.ship:
-            print(f"  shipped: {ship_adapter(model, steps.commands, runs)}", flush=True)
+            print("  " + shipped_line(ship_adapter(model, steps.commands, runs)), flush=True)
     Steps().run(["report", *map(str, eval_runs(out)), "--out", str(out / "report")])
     path = write_ablation_report(out)
     print(f"\n{path}:\n\n{path.read_text()}", flush=True)

@@ -185,6 +185,23 @@ def ship_adapter(model_dir: Path, commands: Sequence[str], eval_runs: Sequence[P
     return dest
 
 
+def adapter_weights_sha256(folder: Path) -> str:
+    """The sha256 of an adapter's weights as the package computes it, the hash its episode records carry
+    and the final ablation's records are keyed by (`experiments/results/<first 12 hex digits>/`)."""
+    try:
+        from sparse_react.models.loading import weights_sha256
+    except ImportError:  # where the model code lived before sparse_react.models
+        from sparse_react.policies.hf import weights_sha256
+    return weights_sha256(folder)
+
+
+def shipped_line(dest: Path) -> str:
+    """What shipping an adapter prints: where it went and the hash that names its records from now on."""
+    sha256 = adapter_weights_sha256(dest)
+    return (f"shipped: {dest} (weights sha256 {sha256}; "
+            f"its final-ablation records: experiments/results/{sha256[:12]}/)")
+
+
 def _data_sources(data: Path) -> dict[str, int]:
     """Training examples per policy that played them (`search-expert`, a model's own won episodes, ...)."""
     try:

@@ -24,7 +24,7 @@ from sparse_react.bundled import ADAPTERS_DIR
 from sparse_react.cards import ADAPTER_WEIGHTS, MODEL_CARD
 from sparse_react.rounds import eval_run, read_settings, rounds_command, seed_rounds
 
-from ablation_tables import ship_adapter  # experiments/, the script's folder
+from ablation_tables import ship_adapter, shipped_line  # experiments/, the script's folder
 
 
 def seed_commands(round0: Path, rhythm: str) -> list[str]:
@@ -65,7 +65,7 @@ def main() -> None:
     folder = args.rounds / f"round-{settings.rounds if args.round is None else args.round}"
     commands = [*made_by(args.rounds, args.before), *args.command]
     runs = [*(eval_run(folder, games) for games in settings.eval_sets), *args.eval]
-    print(f"shipped: {ship_adapter(folder / 'model', commands, runs)}")
+    print(shipped_line(ship_adapter(folder / "model", commands, runs)))
 
 
 if __name__ == "__main__":
