@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sparse_react.disk_cache import DiskCache, disk_cache_enabled
-from sparse_react.engine_cache import EngineCaches
+from sparse_react.engine_cache import EngineCaches, bound_proposition_memo
 from sparse_react.games.files import GameFileError, load_game_data
 
 WELCOME_BANNER = "-= Welcome to TextWorld, ALFRED! =-"
@@ -105,6 +105,7 @@ class Engine:
         from textworld.envs.pddl import PddlEnv
 
         self.fast = speedups_verified() if fast is None else fast
+        bound_proposition_memo()  # textworld would keep every game's propositions for the life of the process
         env_class = _fast_pddl_env_class() if self.fast else PddlEnv
         self._env = env_class(textworld.EnvInfos(admissible_commands=True, won=True))
         self.game_file: Path | None = None
@@ -144,6 +145,10 @@ class Engine:
         state, _, _ = self._env.step(command)
         self._history.append(command.strip())
         return self._state(state)
+
+    def facts(self) -> frozenset[tuple[str, tuple[str, ...]]]:
+        """What holds in the game now, as (predicate, argument names): `("holds", ("agent1", "apple_bar_1"))`."""
+        return frozenset((f.name, tuple(a.name for a in f.arguments)) for f in self._env._pddl_state.facts)
 
     def plan(self) -> list[str]:
         """Commands that win from the current state ([] when won or when none exists).
