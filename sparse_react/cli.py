@@ -333,14 +333,24 @@ def eval_(
 def report(
     runs: list[Path] = typer.Argument(..., help="Run folders (or episode .jsonl files), compared side by side."),
     out: Path = typer.Option(Path("report"), help="Folder for report.md, report.csv and the PNG plots."),
+    anatomy: bool = typer.Option(True, "--anatomy/--no-anatomy", help="Where thoughts go: each thought's kind "
+                                 "and the triggers it covers, from a replay of every episode's game."),
 ) -> None:
-    """Success by task type per rhythm, thoughts, invalid actions, failure classes, tokens, time; plots."""
+    """Success by task type per rhythm, thoughts and where they go, invalid actions, failure classes, tokens, time; plots."""
     from sparse_react.report import load_runs, markdown_report, write_report
 
     skipped: list = []
     loaded = load_runs(runs, skipped)
     paths = write_report(loaded, out, skipped)
-    typer.echo(markdown_report(loaded, skipped))
+    text = markdown_report(loaded, skipped)
+    if anatomy:
+        from sparse_react.thought_report import write_anatomy
+
+        section, pictures = write_anatomy(loaded, out)
+        text = f"{text}\n{section}\n"
+        paths["markdown"].write_text(text)
+        paths |= pictures
+    typer.echo(text)
     for bad in skipped:
         typer.echo(f"left out: {bad}", err=True)
     typer.echo("\nwritten: " + ", ".join(str(p) for p in paths.values()))

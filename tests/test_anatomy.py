@@ -104,3 +104,26 @@ def test_coverage_idle_and_exceptions_count_what_they_say(two_per_task_type):
     assert summary.shares[K.EXCEPTION] == pytest.approx(1 / summary.thoughts)
     exceptions = [t.covered for t in anatomy.triggers if t.kind is Trigger.EXCEPTION]
     assert summary.coverage[Trigger.EXCEPTION] == sum(exceptions) / len(exceptions) > 0
+
+
+def test_the_report_shows_where_thoughts_go_with_the_few_shot_reference_and_pictures(two_per_task_type, tmp_path):
+    import subprocess
+    import sys
+
+    from sparse_react.trajectory import append_episode
+
+    record = tmp_path / "run" / "episodes.jsonl"
+    for rhythm in ("sparse", "act"):
+        for game in two_per_task_type[:4]:
+            append_episode(record, run_episode(HouseholdEnv([game]), SearchingExpertPolicy(), game, rhythm))
+    report = subprocess.run([sys.executable, "-m", "sparse_react.cli", "report", str(record.parent), "--out",
+                             str(tmp_path / "report")], capture_output=True, text=True, timeout=600)
+    assert report.returncode == 0, report.stderr
+    section = report.stdout.split("## Where thoughts go")[1]
+    rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| ")}
+    assert rows["few-shot examples (sparse)"].split("|")[2].strip() == "18"  # 6 task types x 3 examples
+    assert rows["sparse"].split("|")[2].strip() == "4" and rows["act"].split("|")[3].strip() == "0"
+    assert "sparse vs act" not in section  # the searching expert wins all: no split game to pair
+    for picture in ("thought_kinds.png", "timelines.png"):
+        assert (tmp_path / "report" / picture).stat().st_size > 10_000
+    assert "## Where thoughts go" in (tmp_path / "report" / "report.md").read_text()
