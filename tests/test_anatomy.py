@@ -127,3 +127,23 @@ def test_the_report_shows_where_thoughts_go_with_the_few_shot_reference_and_pict
     for picture in ("thought_kinds.png", "timelines.png"):
         assert (tmp_path / "report" / picture).stat().st_size > 10_000
     assert "## Where thoughts go" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_the_view_shows_each_thoughts_kind_and_filters_by_it(two_per_task_type, tmp_path):
+    from starlette.testclient import TestClient
+
+    from sparse_react.trajectory import append_episode
+    from sparse_react.view import create_app
+
+    record = tmp_path / "run" / "episodes.jsonl"
+    look = next(g for g in two_per_task_type if g.task_type.column == "Look")
+    pick = next(g for g in two_per_task_type if g.task_type.column == "Pick")
+    append_episode(record, run_episode(HouseholdEnv([look]), SearchingExpertPolicy(), look, "sparse"))
+    append_episode(record, run_episode(HouseholdEnv([pick]), SearchingExpertPolicy(), pick, "im"))
+    client = TestClient(create_app([record.parent]), base_url="http://127.0.0.1")
+    page = client.get("/runs/0/episodes/0").text
+    assert page.count('class="badge kind decomposition"') == 1 and page.count('class="badge kind subgoal"') >= 2
+    assert 'class="badge kind location"' in page
+    assert client.get("/episodes?thought=decomposition").text.count("episode-row") == 2
+    location = client.get("/episodes?thought=location").text  # the im thoughts restate the goal and never guess
+    assert location.count("episode-row") == 1 and look.name in location and pick.name not in location

@@ -158,7 +158,7 @@ def test_runs_page_shows_the_reports_table(server, page, run_dirs, tmp_path):
     report = cli("report", *map(str, run_dirs), "--out", str(tmp_path / "report"))
     assert report.returncode == 0, report.stderr
     success_md, rest = (tmp_path / "report" / "report.md").read_text().split("## Game by game")
-    pairs_md, behaviour_md = rest.split("## Behaviour")
+    pairs_md, behaviour_md = rest.split("## Where thoughts go")[0].split("## Behaviour")
     page.goto(server + "/")
     for table, markdown in ((page.locator("#success"), success_md), (page.locator("#pairs"), pairs_md),
                             (page.locator("#measures"), behaviour_md)):

@@ -92,7 +92,7 @@ def create_app(paths: Sequence[Path | str], policy_for: PolicyFor | None = None,
         except LookupError as exc:
             return not_found(exc)
         others = [r for r in same_game(runs.runs(), episode) if (r.run.index, r.index) != (run_index, index)]
-        return page("episode.html", status, row=EpisodeRow(run, index, episode), entries=entry_views(episode),
+        return page("episode.html", status, row=EpisodeRow(run, index, episode), entries=entry_views(episode, run.anatomy(index)),
                     others=others[:OTHERS_SHOWN], more_others=len(others) - len(others[:OTHERS_SHOWN]),
                     message=message,
                     steering=Steering(True, "") if policy_for else steering(run, episode, endpoint))

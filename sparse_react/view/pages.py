@@ -11,6 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from sparse_react.anatomy import EpisodeAnatomy, ThoughtKind
 from sparse_react.lines import NOTHING_HAPPENS, Kind
 from sparse_react.report import (
     COLUMNS, MEASURES, GroupStats, PairedComparison, measure_rows, paired_groups, success_rows, summarize, write_plots)
@@ -110,6 +111,7 @@ class Filters:
     outcome: str = ""
     failure: str = ""
     game: str = ""
+    thought: str = ""  # a thought kind (anatomy): episodes with a thought of that kind
     q: str = ""
 
     def keeps(self, row: "EpisodeRow") -> bool:
@@ -119,6 +121,7 @@ class Filters:
                 and (not self.outcome or self.outcome == outcome(episode))
                 and (not self.failure or self.failure == (episode.failure.value if episode.failure else ""))
                 and (not self.game or self.game == episode.game_name)
+                and (not self.thought or self.thought in run.thought_kinds[row.index])
                 and (not q or q in run.search_texts[row.index]))
 
     def query(self) -> dict[str, str]:
@@ -268,6 +271,7 @@ def episodes_page(runs: list[Run], filters: Filters, sort: Sort = Sort(), number
         "task": [(t.value, t.column) for t in TaskType],
         "outcome": [(x, x) for x in OUTCOMES],
         "failure": [(f.value, f.value) for f in Failure],
+        "thought": [(k.value, k.value) for k in ThoughtKind],
     }
     rows = sort.apply([r for r in everything if filters.keeps(r)] if filters.query() else everything)
     pages = max(1, -(-len(rows) // page_size))
@@ -284,23 +288,25 @@ class EntryView:
     entry: Entry
     nothing_happens: bool
     in_loop: bool
+    kinds: tuple[str, ...] = ()  # a thought's kinds, where its game could be replayed
 
     @property
     def thought(self) -> bool:
         return self.entry.kind is Kind.THOUGHT
 
 
-def entry_views(episode: Episode) -> list[EntryView]:
-    """Every entry, marking `Nothing happens.` and the repeated actions the loop check ended on (or
-    the rounds of the cycle it ended in)."""
+def entry_views(episode: Episode, anatomy: EpisodeAnatomy | None = None) -> list[EntryView]:
+    """Every entry, marking `Nothing happens.`, the repeated actions the loop check ended on (or
+    the rounds of the cycle it ended in) and, given the episode's anatomy, each thought's kinds."""
     looped: set[int] = set()
     if episode.failure is Failure.LOOP:
         repeats = int(episode.settings.get("loop_repeats") or DEFAULT_LOOP_REPEATS)
         looped = {e.step for e in episode.entries[-repeats:]}
     elif episode.failure is Failure.CYCLE and (cycle := ending_cycle(episode)):  # its last two rounds
         looped = {e.step for e in episode.actions[-2 * len(cycle):]}
-    return [EntryView(e, e.kind is Kind.ACTION and e.observation == NOTHING_HAPPENS, e.step in looped)
-            for e in episode.entries]
+    kinds = {t.step: tuple(k.value for k in ThoughtKind if k in t.kinds) for t in (anatomy.thoughts if anatomy else ())}
+    return [EntryView(e, e.kind is Kind.ACTION and e.observation == NOTHING_HAPPENS, e.step in looped,
+                      kinds.get(e.step, ())) for e in episode.entries]
 
 
 def same_game(runs: Iterable[Run], episode: Episode) -> list[EpisodeRow]:

@@ -12,6 +12,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
+from sparse_react.anatomy import EpisodeAnatomy, episode_anatomy
+from sparse_react.errors import UserError
 from sparse_react.report import run_labels
 from sparse_react.evaluation import SETTINGS_FILE
 from sparse_react.trajectory import EPISODES_FILE, BadLine, Episode, RecordError, failure_class, read_records
@@ -42,6 +44,22 @@ class Run:
     def search_texts(self) -> list[str]:
         """Per episode, what the Episodes page's search looks in, lower-cased: read once per record state."""
         return [search_text(e) for e in self.episodes]
+
+    def anatomy(self, index: int) -> EpisodeAnatomy | None:
+        """Episode `index`'s thought anatomy (its game replayed once), or None when its game cannot be replayed here."""
+        cache = self.__dict__.setdefault("_anatomies", {})
+        if index not in cache:
+            try:
+                cache[index] = episode_anatomy(self.episodes[index])
+            except (UserError, OSError):
+                cache[index] = None
+        return cache[index]
+
+    @cached_property
+    def thought_kinds(self) -> list[frozenset[str]]:
+        """Per episode, the kinds of its thoughts: the first filter by kind replays every game once."""
+        return [frozenset(k.value for t in (a.thoughts if a else ()) for k in t.kinds)
+                for a in map(self.anatomy, range(len(self.episodes)))]
 
     @cached_property
     def by_game(self) -> dict[str, list[int]]:

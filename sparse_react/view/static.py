@@ -90,7 +90,7 @@ def export_static(paths: Sequence[Path | str], out_dir: Path | str, force: bool 
             row = EpisodeRow(run, index, episode)
             others = [r for r in same_game(runs, episode) if (r.run.index, r.index) != (run.index, index)]
             shown = others[:OTHERS_SHOWN]
-            write(LINKS.episode(run.index, index), "episode.html", row=row, entries=entry_views(episode),
+            write(LINKS.episode(run.index, index), "episode.html", row=row, entries=entry_views(episode, run.anatomy(index)),
                   others=shown, more_others=len(others) - len(shown), message="")
             for other in shown:  # only the pairs a page links to: same game, at most OTHERS_SHOWN per episode
                 left, right = sorted([row, other], key=lambda r: (r.run.index, r.index))  # the earlier one on the left
