@@ -86,7 +86,8 @@ def test_notebook_runs_on_a_run_folder(run_dir, monkeypatch):
         assert f"| {rhythm} | " + " | ".join(["1/1 (100%)"] * 6) + " | 6/6 (100%) |" in outputs
     assert "| thought density |" in outputs  # the behaviour table
     images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
-    assert len(images) == 3
+    assert len(images) == 5  # the report's three plots, then where thoughts go: kinds by rhythm, timelines
+    assert "| few-shot examples (sparse) | 18 |" in outputs and "| dense | 6 |" in outputs  # the anatomy table
 
     # The sparse-vs-dense section shows a trajectory, marking a dense-only thought of a shown game.
     start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith(EXAMPLES_HEADING))
