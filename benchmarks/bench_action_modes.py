@@ -8,10 +8,10 @@ in float32 only; an arm `scored:full` feeds the whole tree in one pass, `scored:
 that continue an admissible command (a few one-token passes). An arm `MODE:nodrafts` writes each
 thought one token per pass instead of checking drafted tokens (the same text either way); `MODE:stock`
 attends with transformers' own SDPA attention, which copies the key/value cache once per query head
-(`sparse_react.policies.attention`; the same numbers either way); `MODE:nokeep` encodes each chosen line
+(`sparse_react.models.attention`; the same numbers either way); `MODE:nokeep` encodes each chosen line
 again the next turn instead of keeping what was fed while choosing or writing it; `MODE:padded`
 attends over the whole padded batch instead of each row over its own columns
-(`sparse_react.policies.attention.ragged_rows`). Options combine (`scored:full:nokeep`).
+(`sparse_react.models.attention.ragged_rows`). Options combine (`scored:full:nokeep`).
 The last column says whether an arm wrote the same lines as the first arm of its mode. Whole
 episodes with the 50-step budget, 16 decided together, as `sparse-react eval` plays them.
 
@@ -39,8 +39,9 @@ def main() -> None:
 
     from sparse_react.evaluation import evaluate
     from sparse_react.games.catalog import find_games
-    from sparse_react.policies.attention import GROUPED_SDPA
-    from sparse_react.policies.hf import HFPolicy, load_model
+    from sparse_react.models.attention import GROUPED_SDPA
+    from sparse_react.models.loading import load_model
+    from sparse_react.policies.hf import HFPolicy
     from sparse_react.policies.shipped import shipped_adapter
 
     every = find_games(args.games)

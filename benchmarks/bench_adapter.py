@@ -63,7 +63,8 @@ def main() -> None:
     from sparse_react.evaluation import evaluate
     from sparse_react.games.catalog import find_games
     from sparse_react.policies.expert import SearchingExpertPolicy
-    from sparse_react.policies.hf import HFPolicy, load_model
+    from sparse_react.models.loading import load_model
+    from sparse_react.policies.hf import HFPolicy
     from sparse_react.policies.shipped import shipped_adapter
 
     torch.set_num_threads(args.threads)

@@ -45,7 +45,7 @@ def main() -> None:
     import torch
 
     from sparse_react.games.catalog import find_games
-    from sparse_react.policies.hf import load_model
+    from sparse_react.models.loading import load_model
 
     games = find_games("valid_unseen")[: args.limit]
     print(f"{len(games)} bundled valid_unseen games × {args.steps} turns, {args.rhythm} rhythm, "

@@ -53,7 +53,7 @@ def main() -> None:
 
     from sparse_react.env import HouseholdEnv
     from sparse_react.games.catalog import find_games
-    from sparse_react.policies.hf import load_model
+    from sparse_react.models.loading import load_model
 
     games = find_games("valid_unseen")
     env, game = HouseholdEnv(games), games[args.game]

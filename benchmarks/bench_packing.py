@@ -25,7 +25,7 @@ def child(data: Path, episodes: int, packed: bool, max_length: int) -> dict:
 
     from sparse_react.finetune import _Collator, agent_line_loss, peak_rss_mb, read_examples, tokenize_example
     from sparse_react.packing import pack_rows
-    from sparse_react.policies.hf import cpu_has_native_bf16, load_model, plain_model
+    from sparse_react.models.loading import cpu_has_native_bf16, load_model, plain_model
 
     torch.manual_seed(0)
     loaded = load_model(None, "cpu", dtype=torch.float32)

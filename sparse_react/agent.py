@@ -97,6 +97,11 @@ class Decision:
 Request = tuple[Context, list[str]]  # what a policy is asked: an episode's context and the admissible commands
 
 
+class PolicyError(UserError, ValueError):
+    """A policy that cannot play as asked: an unknown name, an unusable policy file, a model server
+    that cannot do what was asked; the message names it."""
+
+
 class PolicyUnavailable(UserError):
     """The policy can decide for no episode any more (its server stopped answering): the run stops,
     keeping every finished episode, rather than recording the rest as errors."""

@@ -1,6 +1,6 @@
 """Fine-tune a local causal LM on exported episodes (`sparse_react.export`), with transformers' Trainer.
 
-Each example is rendered exactly as `HFPolicy` renders a live episode for a zero-shot model (the
+Each example is rendered exactly as the model policy renders a live episode for a zero-shot model (the
 prefix as one user message under the chat template, then `> line` / observation lines as raw
 text), tokenised whole, and labelled only on the agent's lines (each line's tokens and its
 newline); observations and the prefix carry no loss.
@@ -40,7 +40,7 @@ from sparse_react.cards import DEFAULT_ACTION_MODE, MODEL_CARD, MODEL_FORMAT, Mo
 from sparse_react.errors import UserError
 from sparse_react.lines import is_thought
 from sparse_react.packing import IGNORE, pack_mask, pack_rows
-from sparse_react.policies.hf import (
+from sparse_react.models.loading import (
     base_identity, cpu_has_native_bf16, import_peft, load_model, plain_model, weights_sha256)
 from sparse_react.transcript import render, render_head
 

@@ -25,7 +25,9 @@ from sparse_react.finetune import FinetuneSettings, finetune  # noqa: E402
 from sparse_react.games.catalog import find_games  # noqa: E402
 from sparse_react.policies import make_policy  # noqa: E402
 from sparse_react.policies.expert import ExpertPolicy  # noqa: E402
-from sparse_react.policies.hf import ADAPTER_WEIGHTS, MODEL_CARD, HFPolicy, load_model, weights_sha256  # noqa: E402
+from sparse_react.cards import ADAPTER_WEIGHTS, MODEL_CARD  # noqa: E402
+from sparse_react.models.loading import load_model, weights_sha256  # noqa: E402
+from sparse_react.policies.hf import HFPolicy  # noqa: E402
 from sparse_react.policies.shipped import ShippedPolicy, shipped_adapter, shipped_rhythms  # noqa: E402
 from sparse_react.tasks import TaskType  # noqa: E402
 from tiny import tiny_model  # noqa: E402

@@ -23,7 +23,8 @@ from sparse_react.finetune import (  # noqa: E402
     ELAPSED, FinetuneError, FinetuneSettings, _Collator, agent_line_loss, finetune, read_examples, tokenize_example)
 from sparse_react.games.catalog import find_games  # noqa: E402
 from sparse_react.policies.expert import ExpertPolicy  # noqa: E402
-from sparse_react.policies.hf import HFPolicy, load_model  # noqa: E402
+from sparse_react.models.loading import load_model  # noqa: E402
+from sparse_react.policies.hf import HFPolicy  # noqa: E402
 from sparse_react.policies.random_admissible import RandomPolicy  # noqa: E402
 from tiny import tiny_model  # noqa: E402
 

@@ -14,9 +14,12 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from sparse_react.agent import LoopRules, run_episode  # noqa: E402
+from sparse_react.cards import ModelError  # noqa: E402
 from sparse_react.env import HouseholdEnv  # noqa: E402
-from sparse_react.policies.hf import HFPolicy, ModelError, load_model, normalise_action  # noqa: E402
-from sparse_react.lines import Kind  # noqa: E402
+from sparse_react.lines import Kind, normalise_action  # noqa: E402
+from sparse_react.models.backend import Prompt, ScoreRequest  # noqa: E402
+from sparse_react.models.loading import load_model  # noqa: E402
+from sparse_react.policies.hf import HFPolicy  # noqa: E402
 from tiny import tiny_model  # noqa: E402
 
 @pytest.fixture(scope="module", params=[False, True], ids=["plain", "chat"])
@@ -31,17 +34,25 @@ def env(bundled_unseen):
     return HouseholdEnv(bundled_unseen)
 
 
-def _record_admissible(policy) -> list[list[str]]:
-    """The admissible commands of each turn the policy is asked for a line."""
-    seen: list[list[str]] = []
-    original = policy.decide
+class Recording:
+    """A policy that plays `policy` and records, for each request, what `note(context, admissible)` says."""
 
-    def decide(requests):
-        seen.extend(list(admissible) for _, admissible in requests)
-        return original(requests)
+    def __init__(self, policy, note=lambda context, admissible: list(admissible)):
+        self.policy, self.note, self.seen = policy, note, []
+        self.name, self.batched = policy.name, policy.batched
 
-    policy.decide = decide
-    return seen
+    def start(self, context):
+        self.policy.start(context)
+
+    def decide(self, requests):
+        self.seen.extend(self.note(context, admissible) for context, admissible in requests)
+        return self.policy.decide(requests)
+
+    def end(self, context):
+        self.policy.end(context)
+
+    def spec(self):
+        return self.policy.spec()
 
 
 def _play(env, game, policy, rhythm, steps=8):
@@ -56,14 +67,14 @@ def test_tiny_model_plays_admissible_actions_and_the_cache_changes_nothing(env, 
     game = bundled_unseen[0]
     policy = HFPolicy(model=folder, device="cpu", dtype="float32", max_thought_tokens=8)
     assert policy.chat == (folder.name.startswith("tiny-chat"))
-    admissible_seen = _record_admissible(policy)
-    cached = _play(env, game, policy, rhythm)
+    recording = Recording(policy)
+    cached = _play(env, game, recording, rhythm)
     naive_policy = HFPolicy(loaded=loaded, reuse_cache=False, max_thought_tokens=8)
     naive = _play(env, game, naive_policy, rhythm)
 
     assert len(cached.entries) == 8
     assert [(e.kind, e.text) for e in cached.entries] == [(e.kind, e.text) for e in naive.entries]
-    for entry, admissible in zip(cached.entries, admissible_seen):
+    for entry, admissible in zip(cached.entries, recording.seen):
         assert entry.tokens and entry.tokens > 0
         if entry.kind is Kind.ACTION:
             assert entry.mode == "scored" and entry.text in admissible
@@ -102,10 +113,10 @@ def test_drafted_thoughts_are_the_thoughts_written_token_by_token(env, bundled_u
 def test_free_mode_sends_normalised_text_and_counts_invalid_commands(env, bundled_unseen, tiny):
     _, loaded = tiny
     policy = HFPolicy(loaded=loaded, action_mode="free", temperature=0.7, seed=1)
-    seen = _record_admissible(policy)
-    episode = run_episode(env, policy, bundled_unseen[2], "act", rules=LoopRules(max_steps=4, loop_repeats=0))
+    recording = Recording(policy)
+    episode = run_episode(env, recording, bundled_unseen[2], "act", rules=LoopRules(max_steps=4, loop_repeats=0))
     assert episode.error is None and {e.mode for e in episode.entries} == {"free"}
-    invalid = sum(e.text not in admissible for e, admissible in zip(episode.entries, seen))
+    invalid = sum(e.text not in admissible for e, admissible in zip(episode.entries, recording.seen))
     assert (policy.free_actions, policy.invalid_actions, policy.invalid_rate) == (4, invalid, invalid / 4)
     assert all(e.text and e.text == normalise_action(e.text) for e in episode.entries)
 
@@ -115,24 +126,19 @@ def test_constrained_mode_writes_an_admissible_line_token_by_token(env, bundled_
     (or `think:`) still fits what was written, the next token written is the likeliest of them."""
     _, loaded = tiny
     policy = HFPolicy(loaded=loaded, action_mode="constrained", max_thought_tokens=4)
-    asked = []
-    decide = policy.decide
-
-    def recording(requests):
-        for context, admissible in requests:
-            text = policy._render(policy._streams[id(context)], context)
-            asked.append((policy._encode(text), list(admissible), Kind.THOUGHT in context.allowed))
-        return decide(requests)
-
-    policy.decide = recording
-    episode = run_episode(env, policy, bundled_unseen[0], "sparse", rules=LoopRules(max_steps=8, loop_repeats=0))
+    engine = policy.backend
+    recording = Recording(policy, lambda context, admissible: (engine.encode(policy.prompt(context).text),
+                                                               list(admissible), Kind.THOUGHT in context.allowed))
+    episode = run_episode(env, recording, bundled_unseen[0], "sparse", rules=LoopRules(max_steps=8, loop_repeats=0))
+    asked = recording.seen
     assert episode.error is None and len(episode.entries) == len(asked) == 8
+    think = engine.continuation(" think:")
     checked = 0
     for entry, (ids, admissible, may_think) in zip(episode.entries, asked):
-        lines = [policy._line_ids(f" {c}\n") for c in admissible] + ([policy._think_ids] if may_think else [])
+        lines = [engine.continuation(f" {c}\n") for c in admissible] + ([think] if may_think else [])
         thought = entry.kind is Kind.THOUGHT
         assert entry.mode == ("think" if thought else "constrained") and (thought or entry.text in admissible)
-        written = policy._think_ids if thought else policy._line_ids(f" {entry.text}\n")
+        written = think if thought else engine.continuation(f" {entry.text}\n")
         for k in range(len(written)):
             fitting = [line for line in lines if line[:k] == written[:k]]
             if len(fitting) < 2:
@@ -145,7 +151,7 @@ def test_constrained_mode_writes_an_admissible_line_token_by_token(env, bundled_
 
 
 def test_grouped_attention_computes_what_transformers_sdpa_computes(env, bundled_unseen, tiny):
-    from sparse_react.policies.attention import GROUPED_SDPA
+    from sparse_react.models.attention import GROUPED_SDPA
 
     _, loaded = tiny
     model = loaded.model
@@ -173,7 +179,7 @@ def test_grouped_attention_computes_what_transformers_sdpa_computes(env, bundled
 def test_ragged_rows_attend_as_the_padded_batch_does(env, bundled_unseen, tiny):
     """Each row attending alone over its own columns gives the padded batch's logits at every real
     position, and the same lines in batched episodes."""
-    from sparse_react.policies.attention import ragged_rows
+    from sparse_react.models.attention import ragged_rows
 
     _, loaded = tiny
     model = loaded.model
@@ -193,18 +199,24 @@ def test_ragged_rows_attend_as_the_padded_batch_does(env, bundled_unseen, tiny):
     runs = _same_lines_either_way(loaded, bundled_unseen[:4], "ragged", max_thought_tokens=4)
     assert runs[True][1]["forward_calls"] == runs[False][1]["forward_calls"]
 
-    from sparse_react.policies.hf import _Batch
-
-    texts = [torch.randint(5, model.config.vocab_size, (n,)).tolist() for n in (5, 9, 7)]
+    texts = ["You are in the middle of a room.\n>", "Your task is to: put a clean apple in the fridge.\nOK.\n>",
+             "On the desk 1, you see a pen 1.\n>"]
+    longer = {0: texts[0] + " go to desk 1\nNothing happens.\n>", 2: texts[2] + " look\n"}
     after = {}
     for ragged in (False, True):  # three cached episodes of different lengths; two of them catch up together
         policy = HFPolicy(loaded=loaded, ragged=ragged)
-        streams = [policy._new_stream() for _ in texts]
-        for stream, ids in zip(streams, texts):
-            policy._catch_up(_Batch(policy, [stream]), {0: ids})
-        policy._catch_up(_Batch(policy, streams), {0: texts[0] + [7, 8, 9], 2: texts[2] + [10]})
-        after[ragged] = [s.logprobs for s in streams]
-    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(after[False], after[True]))
+        engine = policy.backend
+        for key, text in enumerate(texts):
+            engine.prefill([Prompt(key, text)])
+        assert all(engine.encode(longer[k])[:len(engine.encode(texts[k]))] == engine.encode(texts[k]) for k in longer)
+        new = [engine.prefill([Prompt(k, longer.get(k, text)) for k, text in enumerate(texts)])]
+        words = tuple(dict.fromkeys(f" {word}" for text in texts for word in text.replace(">", "").split()))
+        scores = engine.score([ScoreRequest(Prompt(k, longer.get(k, text)), words) for k, text in enumerate(texts)])
+        after[ragged] = (new, [value for s in scores for value in s.values], engine.stats["full_reencodes"])
+    assert after[False][0] == after[True][0] == [[len(engine.encode(longer[0])) - len(engine.encode(texts[0])), 0,
+                                                   len(engine.encode(longer[2])) - len(engine.encode(texts[2]))]]
+    assert after[False][2] == after[True][2] == 0
+    assert after[False][1] == pytest.approx(after[True][1], abs=1e-5)
 
 
 def _same_lines_either_way(loaded, games, option: str, **settings) -> dict:
@@ -248,7 +260,7 @@ def test_lines_kept_from_the_turn_that_wrote_them_change_nothing(bundled_unseen,
 
 
 def test_best_first_search_never_feeds_a_subtree_that_cannot_win():
-    from sparse_react.policies.hf import _TrieSearch
+    from sparse_react.models.trie import TrieSearch
 
     def dist(**probs):  # a next-token distribution over 10 tokens, the rest spread evenly
         p = torch.full((10,), (1 - sum(probs.values())) / (10 - len(probs)))
@@ -258,7 +270,7 @@ def test_best_first_search_never_feeds_a_subtree_that_cannot_win():
 
     candidates = [[1, 2, 9], [1, 3, 9], [4, 5, 6, 9], [7]]
     after = {(1,): dist(t2=0.6, t3=0.35), (1, 2): dist(t9=0.3), (1, 3): dist(t9=0.5)}
-    search = _TrieSearch(candidates, dist(t1=0.8, t4=0.01, t7=0.001))
+    search = TrieSearch(candidates, dist(t1=0.8, t4=0.01, t7=0.001))
     fed, prefix = [], {}
     for node, key in enumerate(dict.fromkeys(tuple(c[:k]) for c in candidates for k in range(1, len(c)))):
         prefix[node] = key

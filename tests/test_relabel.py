@@ -179,7 +179,7 @@ def test_packed_states_train_exactly_what_the_states_train_one_by_one(labelled, 
     torch = pytest.importorskip("torch")
     from sparse_react.finetune import _Collator, agent_line_loss, tokenize_example
     from sparse_react.packing import pack_rows
-    from sparse_react.policies.hf import load_model
+    from sparse_react.models.loading import load_model
     from tiny import tiny_model
 
     tiny_model(tmp_path / "tiny", chat=True)

@@ -43,8 +43,10 @@ LAYERS = [
     "games.catalog", "engine", "prompts", "report",
     "env", "planner", "games.generate", "policies.search_order",
     "agent",
-    "policies.base", "policies.expert", "policies.random_admissible", "policies.scripted", "policies.attention", "policies.hf",
-    "policies.shipped", "policies.served", "policies",
+    "models.backend", "models.loading", "models.attention", "models.kv_cache", "models.batch", "models.trie",
+    "models.writing", "models.local", "models.served", "models",
+    "policies.base", "policies.expert", "policies.random_admissible", "policies.scripted", "policies.react",
+    "policies.hf", "policies.shipped", "policies.served", "policies",
     "evaluation", "api", "resume", "export", "relabel", "packing", "finetune", "steps", "rounds",
     "view.links", "view.records", "view.pages", "view.render", "view.steer", "view.app", "view.serve", "view.static", "view",
     "cli", "",
@@ -53,7 +55,7 @@ LAZY = {  # modules that import parts of the package inside functions, and why
     "api": "importing the package loads no model library: policies and the batch runner load when called",
     "cli": "each command loads only what it runs (torch for a model, not for `games list`)",
     "policies": "torch and transformers load only when a model policy is asked for",
-    "policies.served": "a served model needs no torch: transformers loads only for a local chat template",
+    "models.served": "a served model needs no torch: transformers loads only for a local chat template",
 }
 
 
@@ -142,7 +144,7 @@ def test_playing_and_training_render_an_episode_to_the_same_tokens(games, tiny):
                             game=games[2])
     policy.start(context)
     for entry, start in zip(episode.entries, starts):
-        played = policy._encode(policy._render(policy._streams[id(context)], context))
+        played = policy.backend.encode(policy.prompt(context).text)
         assert played == trained["input_ids"][:start], f"step {entry.step}"
         context.append(f"think: {entry.text}" if entry.kind is Kind.THOUGHT else entry.text, entry.observation)
     policy.end(context)

@@ -28,7 +28,8 @@ from sparse_react.evaluation import evaluate  # noqa: E402
 from sparse_react.lines import Kind  # noqa: E402
 from sparse_react.policies import make_policy, policy_from_spec  # noqa: E402
 from sparse_react.policies.base import PolicyError  # noqa: E402
-from sparse_react.policies.served import Retry, ServedPolicy, _mean_logprob  # noqa: E402
+from sparse_react.models.served import ServerError, mean_logprob  # noqa: E402
+from sparse_react.policies.served import Retry, ServedPolicy  # noqa: E402
 from sparse_react.rhythms import get_rhythm  # noqa: E402
 from sparse_react.tasks import TaskType  # noqa: E402
 from sparse_react.trajectory import Failure, read_episodes  # noqa: E402
@@ -108,7 +109,7 @@ def llama_server(tmp_path_factory):
     """llama.cpp's server (llama-cpp-python) with the embedded SmolLM2-135M GGUF, echoing prompt log-probabilities."""
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.skip(NO_LLAMA_CPP)
-    from sparse_react.policies.hf import default_model_path
+    from sparse_react.models.loading import default_model_path
 
     server = Server([sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path()), "--model_alias",
                      "smollm2", "--logits_all", "true", "--n_ctx", "4096", "--host", "127.0.0.1", "--port", "{port}"],
@@ -253,18 +254,18 @@ def test_completions_prompt_is_the_local_policys_text(hf_server, tiny_folder, sa
     for line, answer in [("think: first the lamp", "OK."), ("go to desk 1", "On the desk 1, you see a pen 1.")]:
         context.append(line, answer)
         local.start(context)
-        assert remote._text(context) == local._render(local._streams[id(context)], context)
-        texts.append(remote._text(context))
+        assert remote.prompt(context).text == local.prompt(context).text
+        texts.append(remote.prompt(context).text)
     assert texts[1].startswith(texts[0].removesuffix(">"))
 
 
 def test_mean_logprob_covers_the_candidates_tokens_only():
     choice = {"logprobs": {"tokens": ["Hi", ">", " go", " to", "\n", "x"], "token_logprobs": [None, -1.0, -2.0, -4.0, -6.0, -9.0],
                            "text_offset": [0, 2, 3, 6, 9, 10]}}
-    assert _mean_logprob(choice, 3, 10) == pytest.approx(-4.0)  # " go", " to", "\n"; not the generated "x"
-    assert _mean_logprob(choice, 4, 10) == pytest.approx(-4.0)  # a token straddling the start counts
-    with pytest.raises(PolicyError, match="no log-probabilities"):
-        _mean_logprob({"text": "hi"}, 0, 2)
+    assert mean_logprob(choice, 3, 10) == pytest.approx(-4.0)  # " go", " to", "\n"; not the generated "x"
+    assert mean_logprob(choice, 4, 10) == pytest.approx(-4.0)  # a token straddling the start counts
+    with pytest.raises(ServerError, match="no log-probabilities"):
+        mean_logprob({"text": "hi"}, 0, 2)
 
 
 def test_llama_cpp_serves_the_embedded_model_in_free_mode(llama_server, sample):

@@ -2,9 +2,9 @@
 
 SmolLM2-135M has 9 query heads sharing 3 key/value heads. Whenever a mask is given, transformers'
 SDPA attention first copies each key/value head once per query head it serves, since CUDA's fused
-kernels cannot take a mask and grouped heads together. The policy always passes a mask (candidate
-trees, padded batches), so on a CPU every pass copied the whole cache three times; PyTorch's CPU
-kernel takes the mask and the groups together (`enable_gqa`): same numbers, less time
+kernels cannot take a mask and grouped heads together. The local engine always passes a mask
+(candidate trees, padded batches), so on a CPU every pass copied the whole cache three times;
+PyTorch's CPU kernel takes the mask and the groups together (`enable_gqa`): same numbers, less time
 (`benchmarks/bench_action_modes.py --arms scored:stock,scored`).
 
 A batch of episodes is padded: each row's cache is left-padded to the longest row's, and each

@@ -7,12 +7,9 @@ from __future__ import annotations
 import copy
 from typing import Sequence
 
-from sparse_react.agent import Context, Decision, Request
-from sparse_react.errors import UserError
+from sparse_react.agent import Context, Decision, PolicyError, Request
 
-
-class PolicyError(UserError, ValueError):
-    """An unknown policy name or an unusable policy file; the message names it."""
+__all__ = ["LinePolicy", "PolicyError"]
 
 
 class LinePolicy:

@@ -1,0 +1,183 @@
+"""Streams and batches of the local engine: what it keeps per stream, and several streams' caches
+stacked into one left-padded batch for the forward passes of a turn."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from sparse_react.models.attention import ragged_rows
+from sparse_react.models.kv_cache import cache_argument, logits_argument, new_cache
+
+
+@dataclass
+class Runner:
+    """The model a batch runs and how: on `device`, each row attending alone when `ragged`
+    (`sparse_react.models.attention.ragged_rows`), its passes and tokens counted in `stats`."""
+
+    model: Any
+    device: torch.device
+    stats: dict
+    ragged: bool = True
+
+    def __post_init__(self) -> None:
+        self.cache_argument = cache_argument(self.model)
+        self.logits_argument = logits_argument(self.model)
+
+    def new_cache(self) -> Any:
+        """An empty cache for this model."""
+        return new_cache(self.model.config)
+
+
+@dataclass
+class Stream:
+    """What the engine keeps for one stream (a live episode): the text it was last brought up to,
+    its token ids, their KV cache, the next-token log-probabilities after them, and the tokens
+    computed for it so far."""
+
+    cache: Any
+    text: str = ""
+    ids: list[int] = field(default_factory=list)
+    logprobs: torch.Tensor | None = None
+    tokens: int = 0
+
+
+class Batch:
+    """Several streams' KV caches as one left-padded batch for the forward passes of one turn.
+
+    A single stream is used in place (no copy). Every forward appends columns (`depth`-positioned,
+    masked per row: causal for text, tree-shaped for candidates, padding masked out); `keep`
+    writes a synced row's new columns back to its own stream, and `rewind` drops scratch columns.
+    """
+
+    def __init__(self, runner: Runner, streams: list[Stream]) -> None:
+        self.runner, self.streams = runner, streams
+        lengths = [s.cache.get_seq_length() for s in streams]
+        self.pos = list(lengths)
+        if len(streams) == 1:
+            self.cache = streams[0].cache
+            self.valid = torch.ones(1, lengths[0], dtype=torch.bool)
+        else:
+            longest = max(lengths)
+            self.cache = runner.new_cache()
+            self.valid = torch.zeros(len(streams), longest, dtype=torch.bool)
+            for row, n in enumerate(lengths):
+                self.valid[row, longest - n:] = True
+            for layer, target in enumerate(self.cache.layers):
+                keys, values = (self._stack([getattr(s.cache.layers[layer], part) for s in streams], longest)
+                                for part in ("keys", "values"))
+                target.adopt(keys, values, longest)
+
+    TURN_ROOM = 512  # positions a turn's forward passes usually append (new text, candidates, a thought)
+
+    @classmethod
+    def _stack(cls, parts: list[torch.Tensor], longest: int) -> torch.Tensor:
+        out = parts[0].new_zeros(len(parts), parts[0].shape[1], longest + cls.TURN_ROOM, parts[0].shape[3])
+        for row, part in enumerate(parts):
+            if part.shape[2]:
+                out[row, :, longest - part.shape[2]:longest] = part[0]
+        return out
+
+    def mark(self) -> tuple[int, torch.Tensor, list[int]]:
+        return self.cache.get_seq_length(), self.valid.clone(), list(self.pos)
+
+    def rewind(self, mark: tuple[int, torch.Tensor, list[int]]) -> None:
+        length, self.valid, self.pos = mark[0], mark[1], list(mark[2])
+        if self.cache.get_seq_length() > length:
+            self.cache.crop(length - self.cache.get_seq_length())
+
+    def forward(self, rows: dict[int, list[int]], parents: dict[int, list[int]] | None = None,
+                count: bool = True, depths: dict[int, list[int]] | None = None,
+                sees: dict[int, list[list[int]]] | None = None, last_only: bool = False) -> torch.Tensor:
+        """Append each row's tokens (rows not named get padding) and return the logits [B, q, V].
+
+        `parents` gives, per row, each token's parent index in that row (-1: the cached prefix
+        only), for tree-shaped candidates; without it each row's tokens are causal text. `depths`
+        (with `sees`: per token, the cache columns it may read besides the row's text) places
+        tokens whose ancestors were fed in earlier passes. With `last_only`, each row's text ends
+        at the last column (padding before it) and logits come for that column only (q = 1): the
+        LM head is a fifth of a token's cost.
+        """
+        runner, batch = self.runner, len(self.streams)
+        width = max(len(t) for t in rows.values())
+        length = self.cache.get_seq_length()
+        ids = torch.zeros(batch, width, dtype=torch.long)
+        positions = torch.zeros(batch, width, dtype=torch.long)
+        allow = torch.eye(width, dtype=torch.bool).repeat(batch, 1, 1)
+        real = torch.zeros(batch, width, dtype=torch.bool)
+        for row, tokens in rows.items():
+            n = len(tokens)
+            at = slice(width - n, width) if last_only else slice(0, n)
+            ids[row, at] = torch.tensor(tokens, dtype=torch.long)
+            real[row, at] = True
+            if depths is not None:
+                depth = depths[row]
+            elif parents is None:
+                allow[row, at, at] = torch.ones(n, n, dtype=torch.bool).tril()
+                depth = list(range(n))
+            else:
+                depth = [0] * n
+                for i, parent in enumerate(parents[row]):
+                    if parent >= 0:
+                        allow[row, i, :n] = allow[row, parent, :n]
+                        depth[i] = depth[parent] + 1
+                    allow[row, i, i] = True
+            positions[row, at] = torch.tensor(depth, dtype=torch.long) + self.pos[row]
+        for row in range(batch):
+            positions[row, ~real[row]] = self.pos[row]
+        cached = self.valid[:, None, :].expand(batch, width, length) & real[:, :, None]
+        if sees:
+            cached = cached.clone()
+            for row, columns in sees.items():
+                for i, visible in enumerate(columns):
+                    cached[row, i, visible] = True
+        seen = torch.cat([cached, allow], dim=2)
+        dtype = runner.model.dtype
+        mask = torch.zeros(batch, 1, width, length + width, dtype=dtype)
+        mask.masked_fill_(~seen[:, None], torch.finfo(dtype).min)
+        runner.stats["forward_calls"] += 1
+        keep = {runner.logits_argument: 1} if last_only and runner.logits_argument else {}
+        with self._ragged(rows, width, last_only, seen):
+            out = runner.model(input_ids=ids.to(runner.device), position_ids=positions.to(runner.device),
+                               attention_mask=mask.to(runner.device), use_cache=True,
+                               **{runner.cache_argument: self.cache}, **keep)
+        self.valid = torch.cat([self.valid, real], dim=1)
+        if parents is None and depths is None:
+            for row, tokens in rows.items():
+                self.pos[row] += len(tokens)
+        if count:  # generated tokens fed back are counted as generated, once
+            for row, tokens in rows.items():
+                self.streams[row].tokens += len(tokens)
+            runner.stats["tokens_encoded"] += sum(len(t) for t in rows.values())
+        return out.logits[:, -1:] if last_only else out.logits
+
+    def _ragged(self, rows: dict[int, list[int]], width: int, last_only: bool, seen: torch.Tensor) -> Any:
+        """Each row attending alone (`ragged_rows`) from the first column any of its tokens may see,
+        when the runner says so."""
+        if not self.runner.ragged or len(self.streams) == 1:
+            return nullcontext()
+        first = [int(row.any(dim=0).nonzero()[0]) for row in seen]  # each token sees itself at least
+        spans = {r: (width - len(tokens), width) if last_only else (0, len(tokens)) for r, tokens in rows.items()}
+        queries = [spans.get(r, (0, 0)) for r in range(len(self.streams))]
+        return ragged_rows(first, queries)
+
+    def columns(self, row: int, columns: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Copies of one row's keys and values at `columns`, per layer."""
+        at = torch.tensor(columns, dtype=torch.long)
+        return [(layer.keys[row:row + 1, :, at].clone(), layer.values[row:row + 1, :, at].clone())
+                for layer in self.cache.layers]
+
+    def keep(self, start: int, rows: dict[int, list[int]]) -> None:
+        """Copy each synced row's new columns (a `last_only` pass's, from `start`) into its own
+        stream's cache."""
+        if len(self.streams) == 1:
+            return
+        end = start + max(len(t) for t in rows.values())
+        for row, tokens in rows.items():
+            stream_cache = self.streams[row].cache
+            for layer, batch_layer in enumerate(self.cache.layers):
+                stream_cache.update(batch_layer.keys[row:row + 1, :, end - len(tokens):end],
+                                    batch_layer.values[row:row + 1, :, end - len(tokens):end], layer)

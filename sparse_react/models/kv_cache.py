@@ -1,0 +1,69 @@
+"""The KV cache the local engine keeps per stream: transformers' DynamicCache whose full-attention
+layers grow in place, and the forward arguments that take a cache and limit the LM head."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+
+def cache_argument(model: Any) -> str:
+    """The forward argument that takes the KV cache: `cache` in newer transformers, else `past_key_values`."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # an unmerged peft model passes it on
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def logits_argument(model: Any) -> str | None:
+    """The forward argument that limits the LM head to the last positions (`logits_to_keep`, earlier
+    `num_logits_to_keep`), or None when the model has neither."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    names = inspect.signature(base.forward).parameters
+    return next((name for name in ("logits_to_keep", "num_logits_to_keep") if name in names), None)
+
+
+def new_cache(config: Any) -> Any:
+    """A DynamicCache whose full-attention layers append in place (see `growing_layer`)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=config)
+    cache.layers = [growing_layer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
+
+
+def growing_layer() -> Any:
+    """A DynamicLayer that keeps its keys and values in a buffer with spare room: appending a few
+    tokens (one decoding step, a scored candidate tree) writes them in place, where DynamicLayer
+    copies the whole cache on every forward pass."""
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            n, m = self.get_seq_length(), key_states.shape[-2]
+            if self.buffers is None or n + m > self.buffers[0].shape[-2] or self.buffers[0].shape[0] != key_states.shape[0]:
+                room = max(256, (n + m) * 3 // 2)
+                self.buffers = tuple(new.new_empty(*new.shape[:2], room, new.shape[-1])
+                                     for new in (key_states, value_states))
+                if n:
+                    self.buffers[0][..., :n, :], self.buffers[1][..., :n, :] = self.keys, self.values
+            self.buffers[0][..., n:n + m, :], self.buffers[1][..., n:n + m, :] = key_states, value_states
+            self.keys, self.values = self.buffers[0][..., :n + m, :], self.buffers[1][..., :n + m, :]
+            return self.keys, self.values
+
+        def adopt(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
+            """Take buffers whose first `length` positions are filled (the rest is room to grow)."""
+            self.lazy_initialization(keys, values)
+            self.buffers = (keys, values)
+            self.keys, self.values = keys[..., :length, :], values[..., :length, :]
+
+        def reset(self) -> None:
+            self.buffers = None
+            super().reset()
+
+    return GrowingLayer()
