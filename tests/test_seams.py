@@ -38,9 +38,9 @@ from tiny import tiny_model  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 # Every module of the package, lowest first: a module imports only modules before it.
 LAYERS = [
-    "errors", "lines", "tasks", "bundled", "disk_cache", "transcript",
+    "errors", "schema", "lines", "tasks", "bundled", "disk_cache", "transcript",
     "trajectory", "claims", "rhythms", "cards", "games", "games.files", "engine_cache",
-    "games.catalog", "engine", "prompts", "report",
+    "games.catalog", "engine", "anatomy", "prompts", "report", "thought_report",
     "env", "planner", "games.generate", "policies.search_order",
     "agent",
     "models.backend", "models.loading", "models.attention", "models.kv_cache", "models.batch", "models.trie",
