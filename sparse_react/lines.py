@@ -1,5 +1,6 @@
 """What a line of an episode is: a thought (`think: ...`, answered `OK.`) or a command the game
-answers. The one place these literals live."""
+answers. The one place these literals live, and the one rule of what a thought is (`is_thought`):
+every other module asks it rather than looking at a line's start itself."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from sparse_react.export import (DATA_FORMAT, DEFAULT_EVAL_SETS, _refuse_leaks, 
                                  in_game_order)
 from sparse_react.games.catalog import BUNDLED_SPLITS, GameRef, GameSetError, alfworld_data_dir, bundled_games_dir, game_ref
 from sparse_react.lines import THOUGHT_REPLY, Kind, is_thought, thought_line
-from sparse_react.policies.expert import Label, RelabellingExpertPolicy
+from sparse_react.policies.expert import ExpertTask, Label, Offered, RelabellingExpertPolicy
 from sparse_react.report import load_runs
 from sparse_react.resume import ReplayPolicy
 from sparse_react.trajectory import BadLine, Entry, Episode, RecordError
@@ -102,7 +102,8 @@ class _LabellingReplay:
 
     def start(self, context: Context) -> None:
         self._expert = RelabellingExpertPolicy(replan_detours=self.replan_detours)
-        self._expert.begin(context)
+        self._task = ExpertTask.of(context)
+        self._offered = Offered()
 
     def end(self, context: Context) -> None:
         pass
@@ -116,9 +117,10 @@ class _LabellingReplay:
             raise RelabelError(f"step {done}: the game answered {context.turns[-1][1]!r}, the record "
                                f"{self.entries[done - 1].observation!r}")
         entry = self.entries[done]
-        label = self._expert.label_state(context, admissible)
-        if Kind.THOUGHT not in context.allowed:
-            label = Label(None, label.action)
+        sent = len(context.actions)
+        self._offered = self._offered.adding(sent, admissible)
+        label = self._expert.label(self._task, context.turns, admissible, self._offered.before_last_action(sent),
+                                   context.rhythm)
         line = thought_line(entry.text) if entry.kind is Kind.THOUGHT else entry.text
         self.labels.append(RelabelledState(entry.step, line, label))
         return [Decision(line, "replay", entry.tokens)]

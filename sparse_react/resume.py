@@ -14,7 +14,7 @@ from typing import Sequence
 from sparse_react.agent import Context, Decision, LoopRules, Policy, Request, run_episode
 from sparse_react.env import HouseholdEnv
 from sparse_react.games.catalog import game_ref
-from sparse_react.lines import THINK_PREFIX, THOUGHT_REPLY, Kind, thought_line, thought_text
+from sparse_react.lines import THOUGHT_REPLY, Kind, is_thought, thought_line, thought_text
 from sparse_react.rhythms import get_rhythm
 from sparse_react.trajectory import Entry, Episode, RecordError, read_records
 
@@ -71,7 +71,7 @@ def edited_lines(episode: Episode, step: int, thought: str, insert: bool) -> lis
         raise RecordError(f"step {step} is an action ({episode.entries[step - 1].text!r}), not a thought: "
                           "insert a thought before it instead")
     thought = thought.strip()
-    thought = thought_text(thought) if thought.lower().startswith(THINK_PREFIX) else thought
+    thought = thought_text(thought) if is_thought(thought) else thought
     if not thought:
         raise RecordError("the new thought is empty")
     if insert:  # an edit keeps a thought where one was; an insert must be one the rhythm allows there

@@ -13,7 +13,7 @@ from typing import Sequence
 from sparse_react.anatomy import SUMMARY_HEADER, EpisodeAnatomy, ThoughtKind, Trigger, episode_anatomy, summarize_anatomy
 from sparse_react.errors import UserError
 from sparse_react.games.catalog import GameRef, GameSetError, alfworld_data_dir, game_ref
-from sparse_react.lines import THOUGHT_REPLY, Kind
+from sparse_react.lines import THOUGHT_REPLY, Kind, is_thought, thought_text
 from sparse_react.prompts import load_examples
 from sparse_react.report import PairedComparison, Run, markdown_table, own
 from sparse_react.rhythms import get_rhythm
@@ -43,9 +43,10 @@ def run_anatomies(runs: Sequence[Run]) -> tuple[dict[str, list[EpisodeAnatomy]],
 
 def example_episode(example, task_type: TaskType, rhythm: str, game: GameRef) -> Episode:
     """A prompt file's example as the episode it shows, in one rhythm."""
-    entries = [Entry(i, Kind.THOUGHT if reply == THOUGHT_REPLY and line.startswith("think:") else Kind.ACTION,
-                     line.removeprefix("think: "), reply)
-               for i, (line, reply) in enumerate(example.lines(get_rhythm(rhythm)), start=1)]
+    lines = [(Kind.THOUGHT if reply == THOUGHT_REPLY and is_thought(line) else Kind.ACTION, line, reply)
+             for line, reply in example.lines(get_rhythm(rhythm))]
+    entries = [Entry(i, kind, thought_text(line) if kind is Kind.THOUGHT else line, reply)
+               for i, (kind, line, reply) in enumerate(lines, start=1)]
     return Episode(str(game.path), task_type.value, "", rhythm, "few-shot", example.observation, entries=entries,
                    won=True)
 
