@@ -82,10 +82,11 @@ def edited_lines(episode: Episode, step: int, thought: str, insert: bool) -> lis
 def load_episode(record: str | Path, index: int) -> Episode:
     """Episode `index` (0-based, counting episodes, not lines that are not episodes) of a record file;
     RecordError when there is no such episode."""
-    episodes = read_records(record).episodes
-    if not 0 <= index < len(episodes):
-        raise RecordError(f"episode {index} is out of range: {record} holds {len(episodes)} episodes")
-    return episodes[index]
+    records = read_records(record)
+    if not 0 <= index < len(records.episodes):
+        bad = f" ({len(records.bad)} lines are not episodes; the first: {records.bad[0]})" if records.bad else ""
+        raise RecordError(f"episode {index} is out of range: {record} holds {len(records.episodes)} episodes{bad}")
+    return records.episodes[index]
 
 
 def resume(record: str | Path, index: int, step: int, thought: str, policy: Policy,
