@@ -1,5 +1,6 @@
 """What the engine may compute once and reuse: parsed game logic, PDDL translations, and the
-parses of the grammar's text templates and logic queries.
+parses of the grammar's text templates and logic queries; and a bound on what textworld itself
+keeps for the life of a process.
 
 All are pure functions of their text inputs. The grammar of a game differs from the shared one
 only in its task sentence, so the parse of everything else is shared by all games of a process.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import itertools
 import json
 import re
 from collections import OrderedDict
@@ -110,6 +112,53 @@ class ParseCache:
                 self._memo.clear()
             self._memo[key] = self._parse(*args, **kwargs)
         return copy.deepcopy(self._memo[key])
+
+
+PROPOSITION_MEMO_SIZE = 20_000  # an ALFWorld game adds a few hundred; 0 leaves textworld's memo unbounded
+
+
+class BoundedMemo(dict):
+    """textworld's memo of Propositions and Signatures with a bound: past `size` entries the oldest
+    half is dropped (the current game's entries are the newest), so the memo holds a few dozen
+    games' worth and no more.
+
+    textworld makes both classes through `mementos`, whose one process-wide dict keeps every
+    instance ever made, forever. Object names are unique to a game (`Apple_bar__minus_01_dot_23...`),
+    so a process that plays many games grows by every game's propositions (about 0.4 MB an
+    ALFWorld game: benchmarks/bench_soak.py). Both classes compare and hash by value and are never
+    changed once made, so an evicted entry is only made again, equal, when next asked for: no game
+    plays differently.
+    """
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if len(self) >= self.size:  # dicts keep insertion order: drop the oldest half in one go
+            for old in list(itertools.islice(self, max(1, self.size // 2))):
+                del self[old]
+        super().__setitem__(key, value)
+
+
+def bound_proposition_memo(size: int | None = None) -> BoundedMemo | None:
+    """Put a `BoundedMemo` of `size` (default PROPOSITION_MEMO_SIZE) in place of the unbounded memo
+    textworld's logic classes use, keeping its newest entries, and return it; a memo already
+    bounded takes `size` when one is given. A size of 0 leaves textworld's own (what the soak
+    benchmark's baseline measures), and so does a mementos of another shape than this was written for."""
+    import mementos.core
+
+    current = getattr(mementos.core, "_memento_cache", None)
+    if isinstance(current, BoundedMemo):
+        current.size = current.size if size is None else max(1, size)
+        return current
+    size = PROPOSITION_MEMO_SIZE if size is None else size
+    if size <= 0 or type(current) is not dict:
+        return None
+    memo = BoundedMemo(size)
+    memo.update(list(current.items())[-size:])
+    mementos.core._memento_cache = memo
+    return memo
 
 
 def shallow_copy_context(context: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,9 @@ import textworld
 from alfworld.agents.utils.misc import Demangler
 from textworld.envs.pddl import PddlEnv
 
+from sparse_react import engine_cache
 from sparse_react.engine import Engine
+from sparse_react.engine_cache import PROPOSITION_MEMO_SIZE, BoundedMemo
 from sparse_react.games.files import load_game_data
 
 
@@ -60,3 +62,44 @@ def test_engine_matches_plain_textworld_on_bundled_games(bundled_unseen):
 @pytest.mark.slow
 def test_engine_matches_plain_textworld_on_many_games(valid_seen_games, bundled_unseen):
     _check_same_games(valid_seen_games[::7] + bundled_unseen[5::10])
+
+
+def test_an_engine_bounds_textworlds_memo_of_propositions(monkeypatch):
+    """textworld memoises every Proposition it makes in one process-wide dict (mementos) that
+    never lets go; object names are unique to an ALFWorld game, so a worker grew by every game it
+    played (about 0.45 MB each: benchmarks/bench_soak.py). An engine puts a bounded memo in its place."""
+    import mementos.core
+
+    monkeypatch.setattr(mementos.core, "_memento_cache", {"kept": 1})
+    Engine()
+    memo = mementos.core._memento_cache
+    assert isinstance(memo, BoundedMemo) and memo.size == PROPOSITION_MEMO_SIZE and memo == {"kept": 1}
+    Engine()
+    assert mementos.core._memento_cache is memo
+
+
+def test_a_bounded_memo_drops_its_oldest_half():
+    memo = BoundedMemo(4)
+    for key in range(7):
+        memo[key] = str(key)
+    assert memo == {4: "4", 5: "5", 6: "6"}  # full at 4: 0 and 1 made room for 4, then 2 and 3 for 6
+
+
+def test_a_memo_bounded_below_one_game_changes_no_game(bundled_unseen, monkeypatch):
+    """Entries dropped mid-game are made again, equal: the same games as with textworld's unbounded
+    memo, and the memo never holds more than its bound."""
+    import mementos.core
+
+    games = bundled_unseen[::30]
+    monkeypatch.setattr(engine_cache, "PROPOSITION_MEMO_SIZE", 0)  # engines leave textworld's own memo
+    monkeypatch.setattr(mementos.core, "_memento_cache", {})
+    engine = Engine()
+    expected = [_engine_rollout(engine, game.path, seed=seed, steps=30) for seed, game in enumerate(games)]
+    made = len(mementos.core._memento_cache)
+    memo = BoundedMemo(200)
+    monkeypatch.setattr(mementos.core, "_memento_cache", memo)
+    engine = Engine()
+    for seed, game in enumerate(games):
+        assert _engine_rollout(engine, game.path, seed=seed, steps=30) == expected[seed], game.name
+        assert len(memo) <= 200
+    assert made > 4 * 200  # the games made far more than the memo may hold
