@@ -14,8 +14,9 @@ episode's record and a replay of its game (no model judges):
 - other: none of these (a recap, a restated plan, a reason for the next action).
 
 A thought can be of several kinds (the first thought often decomposes the task and guesses where to
-look). The triggers of an episode are its subgoal completions and exceptions; a trigger is covered
-when the line right after it is a thought.
+look). The triggers of an episode are its subgoal completions and exceptions, but for one on its last
+line, which no line can follow (the winning action); a trigger is covered when the line right
+after it is a thought.
 """
 
 from __future__ import annotations
@@ -232,9 +233,10 @@ def episode_anatomy(episode: Episode, game: GameRef | None = None) -> EpisodeAna
             false_claim_at.add(entry.step)
         thoughts.append(ClassifiedThought(entry.step, entry.text, frozenset(kinds or {ThoughtKind.OTHER})))
     following = {e.step: episode.entries[i + 1].kind is Kind.THOUGHT
-                 for i, e in enumerate(episode.entries[:-1])}
+                 for i, e in enumerate(episode.entries[:-1])}  # the last line (often the win) has no next line
     return EpisodeAnatomy(episode, tuple(thoughts),
-                          tuple(TriggerAt(step, kind, following.get(step, False)) for step, kind in triggers.items()),
+                          tuple(TriggerAt(step, kind, following[step]) for step, kind in triggers.items()
+                                if step in following),
                           tuple(subgoals))
 
 

@@ -83,9 +83,9 @@ def test_coverage_idle_and_exceptions_count_what_they_say(two_per_task_type):
     episode = run_episode(HouseholdEnv([game]), SearchingExpertPolicy(), game, "sparse")
     anatomy = episode_anatomy(episode, game)
     subgoals = [t for t in anatomy.triggers if t.kind is Trigger.SUBGOAL]
-    assert subgoals and anatomy.subgoal_steps == tuple(t.step for t in subgoals)
-    # the sparse expert thinks right after each subgoal but the last (the win ends the episode)
-    assert [t.covered for t in subgoals] == [True] * (len(subgoals) - 1) + [False]
+    # the sparse expert thinks right after each subgoal; the last, the win, ends the episode: no trigger
+    assert subgoals and anatomy.subgoal_steps == (*(t.step for t in subgoals), len(episode.entries))
+    assert all(t.covered for t in subgoals)
     assert anatomy.idle == 0
 
     # the same episode with a refused command and a recap inserted after it: an exception, covered by an idle thought
