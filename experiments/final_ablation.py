@@ -28,19 +28,21 @@ from itertools import combinations
 from pathlib import Path
 from typing import Sequence
 
+from sparse_react.api import Results, evaluate_with
 from sparse_react.bundled import ADAPTERS_DIR
 from sparse_react.cards import ADAPTER_CONFIG
 from sparse_react.claims import contradicted_claims
 from sparse_react.errors import UserError
+from sparse_react.options import ModelOptions
 from sparse_react.report import COLUMNS, PairedComparison, markdown_table, pairs_table
-from sparse_react.steps import Steps
+from sparse_react.stages import Pipeline, Stage
 from sparse_react.tasks import TaskType
 from sparse_react.trajectory import EPISODES_FILE, Episode, failure_class, read_episodes
 
 from ablation_tables import adapter_weights_sha256  # experiments/, the script's folder
 
 RHYTHMS = ("sparse", "dense", "im", "act")
-RULES = {"steps": [], "actions": ["--thoughts-free"]}  # rule name: the eval flags that make it
+RULES = {"steps": {}, "actions": {"thoughts_free": True}}  # rule name: the eval options that make it
 RECORDS = Path(__file__).parent / "results"  # <key>/<rule>-<set>-<rhythm>.jsonl, a folder per adapter
 TABLES = "final-ablation.md"  # the tables of the adapters shipped now, beside their records' folders
 SHORT = 12  # hex digits of an adapter's sha256 that name its records' folder
@@ -104,11 +106,19 @@ def write_record(rows: list[dict], records: Path, name: str, planned: str | None
     return key
 
 
-def play(sets: list[str], rules: list[str], rhythms: list[str], out: Path, records: Path, extra: list[str],
-         policy: str | None = None) -> list[str]:
+def eval_stage(games: str, rule: str, rhythm: str, run: Path, model: ModelOptions, **options) -> Stage:
+    """One (rule, set, rhythm) run: `evaluate_with` (`sparse-react eval`) with the rule's options and `options`
+    (batch, max_steps, limit)."""
+    return Stage("eval", evaluate_with, options={"games": games, "rhythms": rhythm, **RULES[rule], **options,
+                                                 "model": model, "out": run},
+                 isolated=model.loads_model, summary=Results.table)
+
+
+def play(sets: list[str], rules: list[str], rhythms: list[str], out: Path, records: Path, model: ModelOptions,
+         options: dict, policy: str | None = None) -> list[str]:
     """Play every (rule, set, rhythm) run not yet in the records, and record each when it has finished
     under the key of the adapter that played it; return the keys, in the order of `rhythms`."""
-    steps, keys = Steps(), {}
+    pipeline, keys = Pipeline(), {}
     planned = {rhythm: planned_key(policy, rhythm) for rhythm in rhythms}
     for games in sets:
         for rule in rules:
@@ -116,8 +126,8 @@ def play(sets: list[str], rules: list[str], rhythms: list[str], out: Path, recor
                 name = run_name(rule, games, rhythm)
                 run, key = out / name, planned[rhythm]
                 done = key is not None and (records / key / f"{name}.jsonl").is_file()
-                steps.run(["eval", "--games", games, "--rhythms", rhythm, *RULES[rule], *extra, "--out", str(run)],
-                          done=done)  # eval itself resumes an unfinished run folder
+                pipeline.run(eval_stage(games, rule, rhythm, run, model, **options),
+                             done=done)  # eval itself resumes an unfinished run folder
                 if not done:
                     key = write_record(compact(run, rule, games), records, name, key)
                 keys[rhythm] = key
@@ -200,7 +210,7 @@ def report(table: dict[tuple[str, str, Label], dict[str, dict]], shipped: Sequen
     return "\n\n".join(parts) + "\n"
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default="valid_unseen,alfworld:valid_seen")
     parser.add_argument("--rules", default="steps,actions", help="steps (the paper's rule), actions (thoughts free)")
@@ -222,12 +232,21 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="the first N games of each set (a quick look)")
     parser.add_argument("--policy", default=None, help="another policy than the shipped adapters, e.g. expert")
     parser.add_argument("--report-only", action="store_true", help="print the tables from the records; play nothing")
+    return parser
+
+
+def model_and_options(args: argparse.Namespace) -> tuple[ModelOptions, dict]:
+    """Who plays (--policy, --dtype) and the eval options every run shares."""
+    model = ModelOptions(policy=args.policy or "hf", dtype=args.dtype)
+    return model, {"batch": args.batch, "max_steps": args.max_steps, **({"limit": args.limit} if args.limit else {})}
+
+
+def main() -> None:
+    parser = arguments()
     args = parser.parse_args()
     played = [] if args.report_only else play(
         args.sets.split(","), args.rules.split(","), args.rhythms.split(","), args.out, args.records,
-        ["--batch", str(args.batch), "--dtype", args.dtype, "--max-steps", str(args.max_steps),
-         *(["--limit", str(args.limit)] if args.limit else []), *(["--policy", args.policy] if args.policy else [])],
-        args.policy)
+        *model_and_options(args), args.policy)
     if args.adapters:
         chosen = list(dict.fromkeys(args.adapters.split(",")))
     else:  # what was just played, and every rhythm's records of the same policy that are there

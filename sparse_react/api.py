@@ -16,10 +16,11 @@ from sparse_react.env import DEFAULT_MAX_STEPS, REACT_ENV_ID
 from sparse_react.errors import UserError
 from sparse_react.games.catalog import GameRef, GameSetError, keep_task_types
 from sparse_react.games.catalog import find_games as _find_set
-from sparse_react.report import PairedComparison, own, success_table, write_report
-from sparse_react.rhythms import DEFAULT_RHYTHM
+from sparse_react.options import ModelOptions
+from sparse_react.report import PairedComparison, load_runs, markdown_report, own, success_table, write_report
+from sparse_react.rhythms import DEFAULT_RHYTHM, get_rhythm
 from sparse_react.tasks import TaskType
-from sparse_react.trajectory import Episode
+from sparse_react.trajectory import BadLine, Episode
 
 DEFAULT_MODEL_BATCH = 16  # episodes decided together (benchmarks/bench_batch.py: 8 gave 1.95x one at a time)
 Games = str | Path | Sequence[GameRef]
@@ -73,6 +74,27 @@ def load_policy(spec: str | Path = "hf", *, endpoint: str | None = None, model: 
     if spec == BASE_MODEL or spec.startswith("hf:") or Path(spec).suffix == ".gguf" or Path(spec).is_dir():
         spec = spec if spec.startswith("hf:") else f"hf:{spec}"
     return make_policy(spec, seed, **{k: v for k, v in settings.items() if v is not None})
+
+
+def load_policy_from(options: ModelOptions, rhythms: Sequence[str] = ()) -> Policy:
+    """The policy that model options name (the flags of `sparse-react run` and `eval`): with
+    `endpoint`, the model `model` of that server; with `model`, that local model; else `policy` by
+    name. Every model it plays `rhythms` with is loaded now, so a bad one fails here, not mid-run."""
+    from sparse_react.policies import make_policy
+    from sparse_react.policies.shipped import ShippedPolicy
+
+    o = options
+    if o.endpoint:
+        return make_policy("served", o.seed, model=o.model, action_mode=o.action_mode, shots=o.shots, window=o.window,
+                           endpoint=o.endpoint, api=o.api, tokenizer=o.tokenizer)
+    spec = f"hf:{o.model}" if o.model else o.policy
+    settings = {"action_mode": o.action_mode, "device": o.device, "shots": o.shots, "window": o.window,
+                "dtype": o.dtype} if spec.startswith("hf") else {}
+    chosen = make_policy(spec, o.seed, **settings)
+    if isinstance(chosen, ShippedPolicy):
+        for rhythm in rhythms:
+            chosen.policy(rhythm)
+    return chosen
 
 
 def make_env(games: Games = "valid_unseen", rhythm: str = DEFAULT_RHYTHM, max_steps: int = DEFAULT_MAX_STEPS,
@@ -164,3 +186,64 @@ def evaluate(policy: Policy, games: Games = "valid_unseen", rhythms: str | Seque
                         ray_address=ray_address, batch=batch or (DEFAULT_MODEL_BATCH if policy.batched else 1))
     return Results(episodes, label)
 
+
+
+def evaluate_with(model: ModelOptions = ModelOptions(), games: Games = "valid_unseen",
+                  rhythms: str | Sequence[str] = DEFAULT_RHYTHM, variants: str | Sequence[int] = (0,),
+                  limit: int | None = None, task_types: Iterable[TaskType | str] | str | None = None,
+                  filter: str | None = None, max_steps: int = DEFAULT_MAX_STEPS, thoughts_free: bool = False,
+                  out: str | Path | None = None, workers: int = 1, batch: int | None = None, backend: str = "local",
+                  ray_address: str | None = None, concurrency: int | None = None, progress: bool = True) -> Results:
+    """What `sparse-react eval` does, with its options: the policy `model` names plays every selected
+    game once per rhythm and prompt variant (`rhythms` and `variants` may be comma-separated). The
+    selection and the options are checked before a model loads. `thoughts_free`: the budget counts
+    actions only; `concurrency`: a served model's episodes in flight at once. The Results are
+    labelled with the policy's name."""
+    names = [get_rhythm(r.strip()).name for r in _listed(rhythms)]
+    try:
+        variant_list = [int(v) for v in _listed(variants)]
+    except ValueError:
+        raise UserError(f"--variants {variants!r} must be comma-separated numbers") from None
+    find_games(games, task_types, filter, limit)  # a bad selection fails before a model loads
+    if model.endpoint and (workers > 1 or backend != "local"):
+        raise UserError("a served model plays in this process, its requests in flight together: use --concurrency "
+                        "rather than --workers or --backend ray")
+    if concurrency and not model.endpoint:
+        raise UserError("--concurrency is for a served model (--endpoint); a local model plays --batch episodes at once")
+    policy = load_policy_from(model, names)
+    results = evaluate(policy, games, names, variant_list, limit, task_types, filter, max_steps, not thoughts_free, out,
+                       workers, concurrency or batch, backend, ray_address, progress, label=model.label)
+    return Results(results.episodes, policy.name)
+
+
+def _listed(values: str | int | Sequence[Any]) -> list[Any]:
+    if isinstance(values, str):
+        return [v for v in values.split(",") if v.strip()]
+    return [values] if isinstance(values, int) else list(values)
+
+
+@dataclass
+class RunsReport:
+    """What `report_runs` wrote: the report's Markdown, the files, and record lines left out."""
+
+    text: str
+    paths: dict[str, Path]
+    skipped: list[BadLine]
+
+
+def report_runs(runs: Sequence[str | Path], out: str | Path = "report", anatomy: bool = True) -> RunsReport:
+    """What `sparse-react report` does: report.md, report.csv and the plots of run folders (or
+    episode files) side by side into `out`; with `anatomy`, where thoughts go too (each thought's kind
+    and the triggers it covers, from a replay of every episode's game)."""
+    skipped: list[BadLine] = []
+    loaded = load_runs(list(runs), skipped)
+    paths = write_report(loaded, Path(out), skipped)
+    text = markdown_report(loaded, skipped)
+    if anatomy:
+        from sparse_react.thought_report import write_anatomy
+
+        section, pictures = write_anatomy(loaded, Path(out))
+        text = f"{text}\n{section}\n"
+        paths["markdown"].write_text(text)
+        paths |= pictures
+    return RunsReport(text, paths, skipped)

@@ -5,14 +5,18 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
 import typer
 
+from sparse_react.cli_options import with_options
 from sparse_react.errors import UserError
 from sparse_react.games.catalog import BUNDLED_SPLITS, GameSetError, count_by_task, find_games
 from sparse_react.lines import NOTHING_HAPPENS, is_thought
+from sparse_react.options import DEFAULT_LORA_RANK, ModelOptions, RelabelOptions, TrainOptions
+from sparse_react.rounds import RoundsSettings
 from sparse_react.tasks import TaskType
 from sparse_react.trajectory import RecordError
 
@@ -24,19 +28,6 @@ cache_app = typer.Typer(help="The engine's disk cache of PDDL translations.", no
 app.add_typer(cache_app, name="cache")
 
 BUG_REPORT = "this is a bug in sparse_react: please report it with the traceback above"
-POLICY_HELP = ("hf (the shipped trained agent of each rhythm: a LoRA adapter on the embedded SmolLM2-135M), "
-               "expert, search-expert, relabel-expert, random or scripted:FILE.")
-MODEL_HELP = ("base (the untuned embedded SmolLM2-135M-Instruct), or a local model folder, adapter folder or .gguf "
-              "file (implies --policy hf); with --endpoint, the name the server serves its model under.")
-ACTION_MODE_HELP = ("Model actions: scored (rank every admissible command), constrained (write one token by token "
-                    "within the admissible ones) or free (generate); default: the model card's, else scored.")
-DTYPE_HELP = "Model weights: float32 or bfloat16 (default: bfloat16 on a GPU or a CPU with AMX, else float32)."
-ENDPOINT_HELP = ("Base URL of an OpenAI-compatible server (vLLM, SGLang, llama.cpp, Ollama, transformers serve) "
-                 "whose model --model names plays; its key, if any, from $OPENAI_API_KEY.")
-API_HELP = ("With --endpoint: completions (this package's rendering; scored or free) or chat (the server's chat "
-            "template; free only).")
-TOKENIZER_HELP = ("With --endpoint and the completions API: a local model folder, .gguf file or base whose chat "
-                  "template frames the prompt's head (default: none, plain text).")
 STEER_ENDPOINT_HELP = ("The OpenAI-compatible server that carries on an episode a served model played (its key, if "
                        "any, from $OPENAI_API_KEY); the endpoint a record names is never contacted.")
 
@@ -84,6 +75,10 @@ def _games_with_index(game: str, index: int) -> list:
 
 def _task_types(text: Optional[str]) -> Optional[list[TaskType]]:
     return [TaskType.parse(t) for t in text.split(",")] if text else None
+
+
+def _sets(exclude: Optional[str], default: Sequence[str]) -> Sequence[str]:
+    return [e.strip() for e in exclude.split(",") if e.strip()] if exclude is not None else default
 
 
 @games_app.command("list")
@@ -161,35 +156,26 @@ def play(game: str = typer.Argument(..., help="A game file or a game set."),
 
 
 @app.command()
+@with_options(model=ModelOptions)
 def run(
     game: str = typer.Argument(..., help="A game file or a game set."),
     index: int = typer.Option(0, help="Which game of the set."),
     rhythm: str = typer.Option("sparse", help="sparse, dense, im or act."),
-    policy: str = typer.Option("hf", help=POLICY_HELP),
-    model: Optional[str] = typer.Option(None, help=MODEL_HELP),
-    action_mode: Optional[str] = typer.Option(None, help=ACTION_MODE_HELP),
-    shots: Optional[int] = typer.Option(None, help="Model prompt examples: 2 or 0 (default: 2, or 0 for a model fine-tuned here)."),
-    window: int = typer.Option(0, min=0, help="Model context: only the last N turns (0: the whole episode)."),
-    device: str = typer.Option("auto", help="Model device: auto, cpu, cuda, ..."),
-    dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
-    endpoint: Optional[str] = typer.Option(None, help=ENDPOINT_HELP),
-    api: str = typer.Option("completions", help=API_HELP),
-    tokenizer: Optional[str] = typer.Option(None, help=TOKENIZER_HELP),
+    model: ModelOptions = ModelOptions(),
     variant: int = typer.Option(0, help="Prompt variant 0-5 (which two examples, in which order)."),
     max_steps: int = typer.Option(50, help="Step budget (thoughts count)."),
-    seed: int = typer.Option(0, help="Seed of the random policy."),
     out: Path = typer.Option(Path("runs/run.jsonl"), help="Episode record (JSON lines, appended)."),
 ) -> None:
     """Play one game with a policy in a rhythm, printing the trajectory as it happens."""
     from sparse_react.agent import LoopRules, run_episode
+    from sparse_react.api import load_policy_from
     from sparse_react.env import HouseholdEnv
     from sparse_react.rhythms import get_rhythm
     from sparse_react.trajectory import append_episode
 
     refs = _games_with_index(game, index)
     rule = get_rhythm(rhythm)
-    chosen = _policy(policy, model, seed, action_mode, device, shots, window, dtype, rhythms=[rule.name],
-                     served={"endpoint": endpoint, "api": api, "tokenizer": tokenizer})
+    chosen = load_policy_from(model, rhythms=[rule.name])
     env = HouseholdEnv(refs)
     typer.echo(typer.style(f"{refs[index].name} · {rule.name} · {chosen.name}", bold=True))
     episode = run_episode(env, chosen, refs[index], rule, variant, LoopRules(max_steps=max_steps), on_entry=_print_entry)
@@ -203,26 +189,6 @@ def run(
                    f"{sum(e.observation == NOTHING_HAPPENS for e in free) / len(free):.0%}")
     if episode.error:
         typer.echo(f"error: {episode.error}", err=True)
-
-
-def _policy(policy: str, model: Optional[str], seed: int, action_mode: Optional[str] = None, device: str = "auto",
-            shots: Optional[int] = None, window: int = 0, dtype: Optional[str] = None, rhythms: Sequence[str] = (),
-            served: Optional[dict] = None):
-    """The policy, with every model it will play `rhythms` with loaded now (a bad model fails here, not
-    mid-run); with `served["endpoint"]`, the model of that server (checked now too)."""
-    from sparse_react.policies import make_policy
-    from sparse_react.policies.shipped import ShippedPolicy
-
-    if served and served.get("endpoint"):
-        return make_policy("served", seed, model=model, action_mode=action_mode, shots=shots, window=window, **served)
-    spec = f"hf:{model}" if model else policy
-    settings = {"action_mode": action_mode, "device": device, "shots": shots, "window": window, "dtype": dtype} \
-        if spec.startswith("hf") else {}
-    chosen = make_policy(spec, seed, **settings)
-    if isinstance(chosen, ShippedPolicy):
-        for rhythm in rhythms:
-            chosen.policy(rhythm)
-    return chosen
 
 
 def _print_entry(entry) -> None:
@@ -265,14 +231,10 @@ def resume(
 
 
 @app.command("eval")
+@with_options(model=ModelOptions)
 def eval_(
     games: str = typer.Option("valid_unseen", help="Game set: bundled split, alfworld:<split>, folder or file."),
-    policy: str = typer.Option("hf", help=POLICY_HELP),
-    model: Optional[str] = typer.Option(None, help=MODEL_HELP),
-    action_mode: Optional[str] = typer.Option(None, help=ACTION_MODE_HELP),
-    shots: Optional[int] = typer.Option(None, help="Model prompt examples: 2 or 0 (default: 2, or 0 for a model fine-tuned here)."),
-    window: int = typer.Option(0, min=0, help="Model context: only the last N turns (0: the whole episode)."),
-    dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
+    model: ModelOptions = ModelOptions(),
     rhythms: str = typer.Option("sparse", "--rhythms", "--rhythm", help="Comma-separated: sparse,dense,im,act."),
     variants: str = typer.Option("0", help="Comma-separated prompt variants (0-5)."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N games (after the filters)."),
@@ -281,49 +243,29 @@ def eval_(
     max_steps: int = typer.Option(50, help="Step budget per episode."),
     thoughts_free: bool = typer.Option(False, "--thoughts-free", help="Thoughts spend no step: the budget counts "
                                        "actions (an episode still ends at twice the budget in lines)."),
-    seed: int = typer.Option(0, help="Seed of the random policy / model sampling."),
     out: Optional[Path] = typer.Option(None, help="Run folder: episodes appended as they finish; rerun to resume."),
     workers: int = typer.Option(1, min=1, help="Processes playing episodes in parallel."),
     batch: Optional[int] = typer.Option(None, min=1, help="Episodes live at once per process, decided together "
                                                         "(one forward pass for all; default 16 for models, else 1)."),
     backend: str = typer.Option("local", help="local (this machine's processes) or ray."),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address (default: start a local Ray)."),
-    endpoint: Optional[str] = typer.Option(None, help=ENDPOINT_HELP),
-    api: str = typer.Option("completions", help=API_HELP),
-    tokenizer: Optional[str] = typer.Option(None, help=TOKENIZER_HELP),
     concurrency: Optional[int] = typer.Option(None, min=1, help="With --endpoint: episodes in flight at once, their "
                                               "requests sent together (default 16); the server batches them."),
 ) -> None:
     """Play every selected game once per rhythm and print the success table by task type."""
     from sparse_react.agent import PolicyUnavailable
-    from sparse_react.api import evaluate, find_games
-    from sparse_react.report import success_table
-    from sparse_react.rhythms import get_rhythm
+    from sparse_react.api import evaluate_with
 
-    names = [get_rhythm(r.strip()).name for r in rhythms.split(",") if r.strip()]
-    try:
-        variant_list = [int(v) for v in variants.split(",") if v.strip()]
-    except ValueError:
-        raise UserError(f"--variants {variants!r} must be comma-separated numbers") from None
-    find_games(games, task_types, filter, limit)  # a bad selection fails before a model loads
-    if endpoint and (workers > 1 or backend != "local"):
-        raise UserError("a served model plays in this process, its requests in flight together: use --concurrency "
-                        "rather than --workers or --backend ray")
-    if concurrency and not endpoint:
-        raise UserError("--concurrency is for a served model (--endpoint); a local model plays --batch episodes at once")
-    chosen = _policy(policy, model, seed, action_mode, shots=shots, window=window, dtype=dtype, rhythms=names,
-                     served={"endpoint": endpoint, "api": api, "tokenizer": tokenizer})
     _INTERRUPTED[0] = (f"finished episodes are in {out}; rerun the same command to resume" if out
                        else "nothing was saved (no --out)")
     try:
-        results = evaluate(chosen, games, names, variant_list, limit, task_types, filter, max_steps, not thoughts_free,
-                           out, workers, concurrency or batch, backend, ray_address,
-                           label=f"served:{model}" if endpoint else f"hf:{model}" if model else policy)
+        results = evaluate_with(model, games, rhythms, variants, limit, task_types, filter, max_steps, thoughts_free,
+                                out, workers, batch, backend, ray_address, concurrency)
     except KeyboardInterrupt:
         _interrupted()
     except PolicyUnavailable as exc:
         raise PolicyUnavailable(f"{exc}; {_INTERRUPTED[0]}") from None
-    typer.echo(success_table(results.episodes, label=chosen.name, by_rhythm=True))
+    typer.echo(results.table())
     for episode in results.episodes:
         if episode.error:
             typer.echo(f"error in {episode.settings['game_name']} ({episode.rhythm}): {episode.error}", err=True)
@@ -337,23 +279,13 @@ def report(
                                  "and the triggers it covers, from a replay of every episode's game."),
 ) -> None:
     """Success by task type per rhythm, thoughts and where they go, invalid actions, failure classes, tokens, time; plots."""
-    from sparse_react.report import load_runs, markdown_report, write_report
+    from sparse_react.api import report_runs
 
-    skipped: list = []
-    loaded = load_runs(runs, skipped)
-    paths = write_report(loaded, out, skipped)
-    text = markdown_report(loaded, skipped)
-    if anatomy:
-        from sparse_react.thought_report import write_anatomy
-
-        section, pictures = write_anatomy(loaded, out)
-        text = f"{text}\n{section}\n"
-        paths["markdown"].write_text(text)
-        paths |= pictures
-    typer.echo(text)
-    for bad in skipped:
+    written = report_runs(runs, out, anatomy)
+    typer.echo(written.text)
+    for bad in written.skipped:
         typer.echo(f"left out: {bad}", err=True)
-    typer.echo("\nwritten: " + ", ".join(str(p) for p in paths.values()))
+    typer.echo("\nwritten: " + ", ".join(str(p) for p in written.paths.values()))
 
 
 @app.command()
@@ -402,33 +334,18 @@ def export_(
     """Turn won episodes into fine-tuning data; refuses any evaluation game."""
     from sparse_react.export import DEFAULT_EVAL_SETS, export
 
-    sets = [e.strip() for e in exclude.split(",") if e.strip()] if exclude is not None else DEFAULT_EVAL_SETS
-    summary = export(runs, out, sets, rhythm)
-    counts = ", ".join(f"{n} {r}" for r, n in summary.by_rhythm.items())
-    typer.echo(f"wrote {summary.examples} examples ({counts}) to {summary.path}; "
-               f"{summary.not_won} episodes not won were left out")
+    summary = export(runs, out, _sets(exclude, DEFAULT_EVAL_SETS), rhythm)
+    typer.echo(summary.describe())
     for bad in summary.skipped:
         typer.echo(f"left out: {bad}", err=True)
 
 
 @app.command()
+@with_options(options=RelabelOptions)
 def relabel(
     runs: list[Path] = typer.Argument(..., help="Run folders (or episode .jsonl files) whose episodes to relabel."),
     out: Path = typer.Option(..., help="The training data file to write (JSON lines, chat messages, one per state)."),
-    lost_only: bool = typer.Option(False, "--lost-only", help="Relabel only episodes that were not won."),
-    replan_detours: bool = typer.Option(False, "--replan-detours", help="Label the state after every detour with a "
-                                        "thought re-planning from there (by default only the plan, a surprise, a "
-                                        "subgoal done and a false claim get a thought)."),
-    corrections_only: bool = typer.Option(False, "--corrections-only", help="Keep only the states where the label "
-                                          "corrects the agent: not a thought in other words, not another unvisited "
-                                          "place to search."),
-    without_go_to: bool = typer.Option(False, "--without-go-to", help="With --corrections-only: leave out the "
-                                       "corrections whose label is a `go to` (mostly returns to a searched place)."),
-    each_once: bool = typer.Option(False, "--each-once", help="With --corrections-only: each correction only at "
-                                   "the first state of an episode it corrects, not again at every turn of a loop."),
-    each_correction_once: bool = typer.Option(False, "--each-correction-once", help="With --corrections-only: like "
-                                              "--each-once, a correcting thought counted by its first sentence (what "
-                                              "it corrects), whatever plan and action follow it."),
+    options: RelabelOptions = RelabelOptions(),
     exclude: Optional[str] = typer.Option(None, help="Comma-separated evaluation sets whose games may not be "
                                                      "relabelled (default: valid_unseen, valid_seen, alfworld:valid_*)."),
 ) -> None:
@@ -437,10 +354,8 @@ def relabel(
     from sparse_react.export import DEFAULT_EVAL_SETS
     from sparse_react.relabel import relabel_runs
 
-    sets = [e.strip() for e in exclude.split(",") if e.strip()] if exclude is not None else DEFAULT_EVAL_SETS
-    summary = relabel_runs(runs, out, sets, lost_only, replan_detours, corrections_only, without_go_to, each_once,
-                           each_correction_once)
-    typer.echo(f"wrote {summary.examples} examples from {summary.episodes} episodes to {summary.path}")
+    summary = relabel_runs(runs, out, _sets(exclude, DEFAULT_EVAL_SETS), options)
+    typer.echo(summary.describe())
     for problem in summary.unlabelled:
         typer.echo(f"not relabelled: {problem}", err=True)
     for bad in summary.skipped:
@@ -448,45 +363,25 @@ def relabel(
 
 
 @app.command()
+@with_options(options=TrainOptions)
 def finetune(
     data: Path = typer.Option(..., help="Training data from `sparse-react export` (one rhythm)."),
     out: Path = typer.Option(..., help="The model folder to write; its checkpoints/ make a rerun resume."),
-    base: Optional[str] = typer.Option(None, help="Base causal LM: a local folder or .gguf (default: the embedded SmolLM2-135M)."),
-    epochs: float = typer.Option(1.0, help="Passes over the data (ignored when --max-steps is set)."),
-    max_steps: int = typer.Option(0, min=0, help="Optimizer steps (0: from --epochs)."),
-    learning_rate: float = typer.Option(5e-5),
-    batch_size: int = typer.Option(1, min=1, help="Examples per forward pass. Above 1, padding sends attention to "
-                                   "a kernel that holds every head's full score matrix (2.8x the memory here)."),
-    grad_accum: int = typer.Option(8, min=1, help="Batches per optimizer step."),
-    max_length: int = typer.Option(2048, min=16, help="Tokens per example (longer ones are cut)."),
-    save_steps: int = typer.Option(100, min=1, help="Checkpoint every N optimizer steps."),
-    seed: int = typer.Option(0),
-    device: str = typer.Option("auto", help="auto, cpu, cuda, ..."),
-    low_memory: bool = typer.Option(False, help="Return freed activations to the OS (Linux): less memory with "
-                                    "padded batches, at the price of system calls on every large allocation."),
-    lora: bool = typer.Option(False, "--lora", help="Train a LoRA adapter (a few MB) instead of every weight."),
-    lora_rank: int = typer.Option(8, min=1, help="LoRA rank (with --lora)."),
-    lora_alpha: int = typer.Option(0, min=0, help="LoRA alpha (with --lora; 0: twice the rank)."),
-    lora_targets: str = typer.Option("all-linear", help="Modules that get adapters (with --lora): all-linear, "
-                                     "or comma-separated names such as q_proj,v_proj."),
+    options: TrainOptions = TrainOptions(),
+    lora: bool = typer.Option(False, "--lora", help=f"Train a LoRA adapter (of rank {DEFAULT_LORA_RANK} unless "
+                              "--lora-rank says) instead of every weight.", rich_help_panel=TrainOptions.PANEL),
     init_adapter: Optional[Path] = typer.Option(None, help="Go on training this LoRA adapter (trained on the same "
                                                 "base) instead of starting a new one."),
-    pack: bool = typer.Option(True, "--pack/--no-pack", help="Train the relabelled states of one episode in one "
-                              "pass (its record once, each label a branch off it; exact, up to --max-length "
-                              "tokens a row)."),
 ) -> None:
     """Fine-tune a local causal LM on exported episodes; writes a model folder (or, with --lora, an
     adapter folder) that `--model` loads."""
-    from sparse_react.finetune import FinetuneSettings
     from sparse_react.finetune import finetune as train
 
-    settings = FinetuneSettings(str(data), base, epochs, max_steps, learning_rate, batch_size, grad_accum,
-                                max_length, save_steps, seed, device, low_memory,
-                                lora_rank if lora else 0, lora_alpha, lora_targets,
-                                str(init_adapter) if init_adapter else None, pack)
+    if lora and not options.lora_rank:
+        options = replace(options, lora_rank=DEFAULT_LORA_RANK)
     _INTERRUPTED[0] = f"checkpoints are in {out / 'checkpoints'}; rerun the same command to resume"
     try:
-        card = train(settings, out)
+        card = train(data, out, options, init_adapter)
     except KeyboardInterrupt:
         _interrupted()
     typer.echo(f"trained {card['steps']} steps on {card['examples']} {card['rhythm']} examples "
@@ -496,67 +391,14 @@ def finetune(
 
 
 @app.command()
+@with_options(settings=RoundsSettings)
 def rounds(
-    seed_data: Optional[Path] = typer.Option(None, help="Round 0's training data (the expert's won episodes, `sparse-react "
-                                                       "export`); may be left out with --seed-model."),
     out: Path = typer.Option(..., help="The folder of every round; rerun the same command to resume."),
-    rhythm: str = typer.Option("sparse", help="sparse, dense, im or act."),
-    count: int = typer.Option(2, "--rounds", min=0, help="Rounds after round 0."),
-    arm: str = typer.Option("dagger", help="dagger (the relabelling expert labels every state the model reached), "
-                                           "bootstrap (the model's own won episodes) or expert (the searching "
-                                           "expert's won episodes on the train games, e.g. generated ones)."),
-    retrain: str = typer.Option("base", help="base (train each round from the base) or continue (from the last "
-                                             "round's adapter)."),
-    train_games: str = typer.Option("alfworld:train", help="The games the model (the expert arm: the searching "
-                                                           "expert) plays each round."),
-    train_limit: Optional[int] = typer.Option(None, min=1, help="Only the first N train games."),
-    train_task_types: Optional[str] = typer.Option(None, help="Comma-separated task types of the train games."),
-    train_filter: Optional[str] = typer.Option(None, help="Only train games whose name matches this regular "
-                                                          "expression (as `eval --filter`); `{round}` in it becomes "
-                                                          "the round's number, so each round can play other games."),
-    eval_sets: str = typer.Option("valid_unseen", help="Comma-separated evaluation sets."),
-    eval_limit: Optional[int] = typer.Option(None, min=1, help="Only the first N games of each evaluation set."),
-    max_steps: int = typer.Option(50, help="Step budget of every episode."),
-    base: Optional[str] = typer.Option(None, help="Base model (default: the embedded SmolLM2-135M)."),
-    train_steps: int = typer.Option(120, min=1, help="Optimizer steps of each round's training."),
-    learning_rate: float = typer.Option(1e-3),
-    lora_rank: int = typer.Option(8, min=1),
-    max_length: int = typer.Option(2048, min=16, help="Tokens per training example."),
-    batch: int = typer.Option(16, min=1, help="Episodes decided together when playing."),
-    seed_model: Optional[Path] = typer.Option(None, help="Round 0's model, already trained on the seed data (e.g. "
-                                                         "a shipped adapter): copied instead of trained."),
-    replan_detours: bool = typer.Option(False, "--replan-detours", help="With the dagger arm: relabel with a "
-                                        "re-planning thought after every detour (`relabel --replan-detours`)."),
-    corrections_only: bool = typer.Option(False, "--corrections-only", help="With the dagger arm: keep only the "
-                                          "states where the label corrects the model (`relabel --corrections-only`)."),
-    without_go_to: bool = typer.Option(False, "--without-go-to", help="With --corrections-only: leave out the "
-                                       "corrections whose label is a `go to` (`relabel --without-go-to`)."),
-    each_once: bool = typer.Option(False, "--each-once", help="With --corrections-only: each correction once per "
-                                   "episode (`relabel --each-once`)."),
-    each_correction_once: bool = typer.Option(False, "--each-correction-once", help="With --corrections-only: each "
-                                              "correction once per episode, a thought by its first sentence "
-                                              "(`relabel --each-correction-once`)."),
-    replay: Optional[int] = typer.Option(None, min=0, help="Train each round on its new data and this many examples "
-                                                           "drawn (a fixed draw) from the last round's data, instead of "
-                                                           "on all of both."),
-    replay_data: Optional[Path] = typer.Option(None, help="Draw the --replay examples from this file instead of the "
-                                                          "last round's data (e.g. for a seed model whose own data "
-                                                          "cannot be rebuilt; what that data taught, such as an "
-                                                          "earlier round's corrections, is then not trained on "
-                                                          "again: give it as --seed-data instead to keep it)."),
+    settings: RoundsSettings = RoundsSettings(),
 ) -> None:
     """Learn from the model's own play: play, relabel (or keep the wins), retrain, evaluate, round after round."""
-    from sparse_react.rhythms import get_rhythm
-    from sparse_react.rounds import RoundsSettings, run_rounds
+    from sparse_react.rounds import run_rounds
 
-    settings = RoundsSettings(get_rhythm(rhythm).name, str(seed_data or ""), count, arm, retrain, train_games, train_limit,
-                              train_task_types, tuple(s.strip() for s in eval_sets.split(",") if s.strip()),
-                              eval_limit, max_steps, base, train_steps, learning_rate, lora_rank, max_length, batch,
-                              train_filter=train_filter, seed_model=str(seed_model) if seed_model else None,
-                              replan_detours=replan_detours, corrections_only=corrections_only,
-                              without_go_to=without_go_to, each_once=each_once,
-                              each_correction_once=each_correction_once, replay=replay,
-                              replay_data=str(replay_data) if replay_data else None)
     path = run_rounds(settings, out)
     typer.echo(path.read_text())
 

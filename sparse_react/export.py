@@ -46,6 +46,11 @@ class ExportSummary:
     not_won: int
     skipped: list[BadLine] = field(default_factory=list)
 
+    def describe(self) -> str:
+        """What was written, in one line."""
+        counts = ", ".join(f"{n} {r}" for r, n in self.by_rhythm.items())
+        return f"wrote {self.examples} examples ({counts}) to {self.path}; {self.not_won} episodes not won were left out"
+
 
 def game_digest(path: str | Path) -> str | None:
     """sha256 of a game file (None when the file is gone)."""

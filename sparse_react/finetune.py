@@ -30,7 +30,7 @@ import json
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -39,6 +39,7 @@ import torch
 from sparse_react.cards import DEFAULT_ACTION_MODE, MODEL_CARD, MODEL_FORMAT, ModelError, model_card
 from sparse_react.errors import UserError
 from sparse_react.lines import is_thought
+from sparse_react.options import TrainOptions
 from sparse_react.packing import IGNORE, pack_mask, pack_rows
 from sparse_react.models.loading import (
     base_identity, cpu_has_native_bf16, import_peft, load_model, plain_model, weights_sha256)
@@ -49,34 +50,6 @@ THOUGHT_MARGIN = 16  # tokens a fine-tuned model may write beyond its longest tr
 
 class FinetuneError(UserError, ValueError):
     """Unusable training data, base model or output folder; the message says which and why."""
-
-
-@dataclass(frozen=True)
-class FinetuneSettings:
-    """One training run. `max_steps` (optimizer steps) wins over `epochs` when set."""
-
-    data: str
-    base: str | None = None  # None: the embedded SmolLM2-135M-Instruct
-    epochs: float = 1.0
-    max_steps: int = 0
-    learning_rate: float = 5e-5
-    batch_size: int = 1  # unpadded examples keep attention on its memory-lean kernel (see `finetune`)
-    grad_accum: int = 8
-    max_length: int = 2048
-    save_steps: int = 100
-    seed: int = 0
-    device: str = "auto"
-    low_memory: bool = False  # return freed activations to the OS: less memory, more time (system calls)
-    lora_rank: int = 0  # 0: full fine-tuning; else a LoRA adapter of this rank
-    lora_alpha: int = 0  # 0: twice the rank
-    lora_targets: str = "all-linear"  # peft's name for every linear layer but the output one, or module names
-    init_adapter: str | None = None  # a LoRA adapter (on the same base) to go on training instead of a new one
-    pack: bool = True  # an episode's relabelled states in one row (`sparse_react.packing`), up to max_length tokens
-
-    @property
-    def lora(self) -> bool:
-        """Whether this run trains (and saves) a LoRA adapter rather than every weight."""
-        return bool(self.lora_rank or self.init_adapter)
 
 
 def read_examples(path: Path) -> list[dict]:
@@ -131,41 +104,45 @@ def tokenize_example(tokenizer: Any, messages: Sequence[dict], chat: bool, max_l
     return {"input_ids": ids[:max_length], "labels": labels[:max_length]}
 
 
-def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callbacks: Sequence[Any] = ()) -> dict:
-    """Train, save the model folder to `out`, and return what `sparse_react.json` records.
+def finetune(data: str | Path, out: Path, options: TrainOptions = TrainOptions(), init_adapter: str | Path | None = None,
+             progress: bool = True, callbacks: Sequence[Any] = ()) -> dict:
+    """Train on the examples in `data` (from `export` or `relabel`) as `options` say, save the model
+    folder to `out`, and return what its card `sparse_react.json` records. With `init_adapter`, go on
+    training that LoRA adapter (trained on the same base) instead of a new one.
 
     Resumes from the newest checkpoint under `out/checkpoints` when there is one.
     """
     from transformers import Trainer, TrainingArguments, set_seed
 
-    examples = read_examples(Path(settings.data))
-    set_seed(settings.seed)
-    if settings.low_memory:
+    lora = bool(options.lora_rank or init_adapter)
+    examples = read_examples(Path(data))
+    set_seed(options.seed)
+    if options.low_memory:
         return_large_blocks_to_the_os()
     try:
-        loaded = load_model(settings.base, settings.device, dtype=torch.float32)
+        loaded = load_model(options.base, options.device, dtype=torch.float32)
         model = plain_model(loaded.model, loaded.source)
     except ModelError as exc:
         raise FinetuneError(f"base model: {exc}") from None
     tokenizer = loaded.tokenizer
-    if settings.init_adapter:
-        model = _continued_lora(model, loaded.source, settings)
-    elif settings.lora_rank:
-        model = _with_lora(model, settings)
+    if init_adapter:
+        model = _continued_lora(model, loaded.source, Path(init_adapter))
+    elif options.lora_rank:
+        model = _with_lora(model, options, data)
     chat = bool(getattr(tokenizer, "chat_template", None))
-    rows = [tokenize_example(tokenizer, e["messages"], chat, settings.max_length) for e in examples]
-    if settings.pack:
-        rows = pack_rows(examples, rows, settings.max_length)
-    random.Random(settings.seed).shuffle(rows)
+    rows = [tokenize_example(tokenizer, e["messages"], chat, options.max_length) for e in examples]
+    if options.pack:
+        rows = pack_rows(examples, rows, options.max_length)
+    random.Random(options.seed).shuffle(rows)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     model.train()
     on_gpu = loaded.device.type == "cuda"
     args = TrainingArguments(
-        output_dir=str(out / "checkpoints"), per_device_train_batch_size=settings.batch_size,
-        gradient_accumulation_steps=settings.grad_accum, learning_rate=settings.learning_rate,
-        num_train_epochs=settings.epochs, max_steps=settings.max_steps or -1, warmup_steps=0.05,
-        lr_scheduler_type="cosine", weight_decay=0.0, logging_steps=max(1, min(10, settings.save_steps)),
-        save_steps=settings.save_steps, save_total_limit=2, seed=settings.seed, data_seed=settings.seed,
+        output_dir=str(out / "checkpoints"), per_device_train_batch_size=options.batch_size,
+        gradient_accumulation_steps=options.grad_accum, learning_rate=options.learning_rate,
+        num_train_epochs=options.epochs, max_steps=options.max_steps or -1, warmup_steps=0.05,
+        lr_scheduler_type="cosine", weight_decay=0.0, logging_steps=max(1, min(10, options.save_steps)),
+        save_steps=options.save_steps, save_total_limit=2, seed=options.seed, data_seed=options.seed,
         bf16=on_gpu or (loaded.device.type == "cpu" and cpu_has_native_bf16()), use_cpu=not on_gpu,
         report_to="none", disable_tqdm=not progress, train_sampling_strategy="group_by_length",
         remove_unused_columns=False, dataloader_num_workers=0)
@@ -177,7 +154,7 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
     trainer.add_callback(_elapsed_recorder(earlier, started))
     try:
         result = trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
-        if settings.lora:
+        if lora:
             model.to(torch.bfloat16).save_pretrained(str(out))  # half the bytes; merged in float32 at load
         else:
             trainer.save_model(str(out))
@@ -188,13 +165,15 @@ def finetune(settings: FinetuneSettings, out: Path, progress: bool = True, callb
                                 f"to resume from the last checkpoint") from None
         raise
     losses = [[h["step"], round(h["loss"], 4)] for h in trainer.state.log_history if "loss" in h]
-    data = Path(settings.data).read_bytes()
+    trained_on = Path(data).read_bytes()
     card = {"format": MODEL_FORMAT, "rhythm": examples[0].get("rhythm"), "shots": 0, "action_mode": DEFAULT_ACTION_MODE,
-            "kind": "lora" if settings.lora else "full", "base": loaded.source,
-            **({"base_identity": base_identity(loaded.source, settings.base)} if settings.lora else {}),
-            "data": str(settings.data), "data_sha256": hashlib.sha256(data).hexdigest(), "data_bytes": len(data),
+            "kind": "lora" if lora else "full", "base": loaded.source,
+            **({"base_identity": base_identity(loaded.source, options.base)} if lora else {}),
+            "data": str(data), "data_sha256": hashlib.sha256(trained_on).hexdigest(), "data_bytes": len(trained_on),
             "examples": len(examples), "rows": len(rows),
-            "settings": asdict(settings), "steps": trainer.state.global_step,
+            "settings": {"data": str(data), **asdict(options),
+                         "init_adapter": str(init_adapter) if init_adapter else None},
+            "steps": trainer.state.global_step,
             "resumed_from": checkpoints[-1].name if checkpoints else None,
             "first_loss": losses[0][1] if losses else None, "last_loss": losses[-1][1] if losses else None,
             "losses": losses,
@@ -262,24 +241,23 @@ def longest_thought(tokenizer: Any, examples: Sequence[dict]) -> int:
     return max((len(tokenizer(" " + t + "\n", add_special_tokens=False)["input_ids"]) for t in thoughts), default=0)
 
 
-def _with_lora(model: Any, settings: FinetuneSettings) -> Any:
+def _with_lora(model: Any, options: TrainOptions, data: str | Path) -> Any:
     """The model wrapped with trainable LoRA adapters; every other weight frozen."""
-    peft = import_peft(f"training data {settings.data} with --lora")
-    targets = settings.lora_targets if settings.lora_targets == "all-linear" else \
-        [t.strip() for t in settings.lora_targets.split(",") if t.strip()]
-    config = peft.LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha or 2 * settings.lora_rank,
+    peft = import_peft(f"training data {data} with --lora")
+    targets = options.lora_targets if options.lora_targets == "all-linear" else \
+        [t.strip() for t in options.lora_targets.split(",") if t.strip()]
+    config = peft.LoraConfig(r=options.lora_rank, lora_alpha=options.lora_alpha or 2 * options.lora_rank,
                              lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM")
     try:
         return peft.get_peft_model(model, config)
     except ValueError as exc:  # a target module name the model does not have
-        raise FinetuneError(f"--lora-targets {settings.lora_targets!r}: {exc}") from None
+        raise FinetuneError(f"--lora-targets {options.lora_targets!r}: {exc}") from None
 
 
-def _continued_lora(model: Any, source: str, settings: FinetuneSettings) -> Any:
-    """The adapter `init_adapter` on the model, trainable: training goes on from its weights. It must
+def _continued_lora(model: Any, source: str, path: Path) -> Any:
+    """The adapter at `path` on the model, trainable: training goes on from its weights. It must
     have been trained on this very base (its card's hash)."""
-    peft = import_peft(f"--init-adapter {settings.init_adapter}")
-    path = Path(settings.init_adapter)
+    peft = import_peft(f"--init-adapter {path}")
     try:
         identity = model_card(path).get("base_identity") or {}
     except ModelError as exc:

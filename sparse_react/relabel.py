@@ -22,6 +22,7 @@ from sparse_react.export import (DATA_FORMAT, DEFAULT_EVAL_SETS, _refuse_leaks, 
                                  in_game_order)
 from sparse_react.games.catalog import BUNDLED_SPLITS, GameRef, GameSetError, alfworld_data_dir, bundled_games_dir, game_ref
 from sparse_react.lines import THOUGHT_REPLY, Kind, is_thought, thought_line
+from sparse_react.options import OptionsError, RelabelOptions
 from sparse_react.policies.expert import ExpertTask, Label, Offered, RelabellingExpertPolicy
 from sparse_react.report import load_runs
 from sparse_react.resume import ReplayPolicy
@@ -215,33 +216,37 @@ class RelabelSummary:
     unlabelled: list[str]
     skipped: list[BadLine] = field(default_factory=list)  # record lines that are not episodes
 
+    def describe(self) -> str:
+        """What was written, in one line."""
+        return f"wrote {self.examples} examples from {self.episodes} episodes to {self.path}"
+
 
 def relabel_runs(runs: Sequence[Path], out: Path, exclude: Sequence[str] = DEFAULT_EVAL_SETS,
-                 lost_only: bool = False, replan_detours: bool = False,
-                 corrections_only: bool = False, without_go_to: bool = False, each_once: bool = False,
-                 each_correction_once: bool = False) -> RelabelSummary:
+                 options: RelabelOptions = RelabelOptions()) -> RelabelSummary:
     """Relabel every state of every episode of `runs` (run folders or episode files) into `out`
-    (JSON lines of training examples), or only the states where the label corrects the agent
-    (`corrections_only`, and `without_go_to`, `each_once` and `each_correction_once` with it: see
-    `corrections`). Refuses evaluation games like `export` does."""
-    if (without_go_to or each_once or each_correction_once) and not corrections_only:
-        raise RelabelError("--without-go-to, --each-once and --each-correction-once choose among corrections: "
-                           "give --corrections-only with them")
+    (JSON lines of training examples), or as `options` choose: only lost episodes, only the states
+    where the label corrects the agent (see `corrections`), a thought after every detour. Refuses
+    evaluation games like `export` does."""
+    try:
+        options.check()
+    except OptionsError as exc:
+        raise RelabelError(str(exc)) from None
     skipped: list[BadLine] = []
     episodes = [(label, e) for label, eps in load_runs(runs, skipped) for e in in_game_order(eps)
-                if not (lost_only and e.won)]
+                if not (options.lost_only and e.won)]
     _refuse_leaks([e for _, e in episodes], eval_games(exclude), exclude)
     out.parent.mkdir(parents=True, exist_ok=True)
     written, unlabelled = 0, []
     with out.open("w") as handle:
         for label, episode in episodes:
             try:
-                states = relabel_episode(episode, replan_detours=replan_detours)
+                states = relabel_episode(episode, replan_detours=options.replan_detours)
             except RelabelError as exc:  # it names the game
                 unlabelled.append(str(exc))
                 continue
-            if corrections_only:
-                states = corrections(episode, states, without_go_to, each_once, each_correction_once)
+            if options.corrections_only:
+                states = corrections(episode, states, options.without_go_to, options.each_once,
+                                     options.each_correction_once)
             for example in relabelled_examples(episode, states, label):
                 handle.write(json.dumps(example) + "\n")
                 written += 1

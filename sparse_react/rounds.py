@@ -4,20 +4,21 @@ round plays the last round's model on train games, turns what it did into new da
 last round's data, trains again and evaluates.
 
 Three arms: `dagger` relabels every state the model reached with the line the relabelling expert
-writes there (`sparse-react relabel`: DAgger's aggregation); `bootstrap` keeps the model's own won
-episodes (`sparse-react export`: the paper's bootstrap); `expert` has the searching expert play the
-train games instead of the model and keeps its won episodes (new data where the model's play cannot
-make any, e.g. generated games of a kind the seed data lacks). Each round trains either from the
-base (`retrain="base"`) or on from the last round's adapter (`"continue"`), on the last round's data
-with the new added, or (`replay=N`) on the new data with N examples drawn from the last round's
-(or, `replay_data`, from a file of their own: for a seed model whose own data cannot be rebuilt,
-round 0 then holds no data).
+writes there (`relabel_runs`: DAgger's aggregation); `bootstrap` keeps the model's own won episodes
+(`export`: the paper's bootstrap); `expert` has the searching expert play the train games instead of
+the model and keeps its won episodes (new data where the model's play cannot make any, e.g.
+generated games of a kind the seed data lacks). Each round trains either from the base
+(`retrain="base"`) or on from the last round's adapter (`"continue"`), on the last round's data with
+the new added, or (`replay=N`) on the new data with N examples drawn from the last round's (or,
+`replay_data`, from a file of their own: for a seed model whose own data cannot be rebuilt, round 0
+then holds no data).
 
-One folder holds everything: `rounds.json` (the settings; a rerun with others is refused),
-`round-K/` with `play/` (the run folder of the games played, K ≥ 1), `new.jsonl`, `data.jsonl`,
-`model/` (an adapter and its card) and `eval-SET/` per evaluation set, and `rounds.md`, the table
-per round. Every stage is a `sparse-react` command in a child process, printed as it runs, skipped
-when its output is there: a rerun resumes.
+One folder holds everything: `rounds.json` (the settings, as the command line names them; a rerun
+with others is refused), `round-K/` with `play/` (the run folder of the games played, K ≥ 1),
+`new.jsonl`, `data.jsonl`, `model/` (an adapter and its card) and `eval-SET/` per evaluation set, and
+`rounds.md`, the table per round. Every stage is a library call (`sparse_react.stages`), printed as
+the `sparse-react` command that does the same, in a child process where it loads a model, and
+skipped when its output is there: a rerun resumes.
 """
 
 from __future__ import annotations
@@ -28,22 +29,30 @@ import os
 import random
 import shlex
 import shutil
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from sparse_react.api import Results, evaluate_with
 from sparse_react.cards import MODEL_CARD, training_seconds
 from sparse_react.errors import UserError
 from sparse_react.evaluation import SETTINGS_FILE
+from sparse_react.export import ExportSummary, export
 from sparse_react.games.catalog import find_games
 from sparse_react.lines import is_thought
+from sparse_react.options import (
+    ModelOptions, OptionsError, RelabelOptions, TrainOptions, flags, from_flat, group, option, to_flat)
+from sparse_react.relabel import RelabelSummary, relabel_runs
 from sparse_react.report import COLUMNS, PairedComparison, group_stats, load_runs, markdown_table
-from sparse_react.steps import Steps
+from sparse_react.rhythms import get_rhythm
+from sparse_react.stages import Pipeline, Stage
 from sparse_react.trajectory import EPISODES_FILE, read_episodes
 
 ARMS = ("dagger", "bootstrap", "expert")
 RETRAIN = ("base", "continue")
 SETTINGS = "rounds.json"
+# Each round's training: a LoRA adapter, checkpointed every 20 steps.
+ROUNDS_TRAINING = TrainOptions(max_steps=120, learning_rate=1e-3, save_steps=20, lora_rank=8)
 
 
 class RoundsError(UserError, ValueError):
@@ -52,46 +61,56 @@ class RoundsError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class RoundsSettings:
-    """What a run of rounds does (see the module docstring)."""
+    """What a run of rounds does (see the module docstring): the options of `sparse-react rounds`."""
 
-    rhythm: str
-    seed_data: str = ""  # round 0's data; "" only with a seed model, whose own data may be gone
-    rounds: int = 2
-    arm: str = "dagger"
-    retrain: str = "base"
-    train_games: str = "alfworld:train"
-    train_limit: int | None = None  # the first N train games (after task types)
-    train_task_types: str | None = None
-    eval_sets: tuple[str, ...] = ("valid_unseen",)
-    eval_limit: int | None = None
-    max_steps: int = 50  # the step budget of every episode played
-    base: str | None = None  # None: the embedded SmolLM2-135M
-    train_steps: int = 120
-    learning_rate: float = 1e-3
-    lora_rank: int = 8
-    max_length: int = 2048
-    batch: int = 16
-    train_filter: str | None = None  # only train games whose name matches this regex; `{round}` becomes the round's number
-    seed_model: str | None = None  # round 0's model when it is already trained on the seed data (copied, not trained)
-    replan_detours: bool = False  # dagger: a re-planning thought after every detour (`relabel --replan-detours`)
-    corrections_only: bool = False  # dagger: only the states where the label corrects the model
-    without_go_to: bool = False  # with corrections_only: not the corrections whose label is a `go to`
-    each_once: bool = False  # with corrections_only: each correction once per episode
-    each_correction_once: bool = False  # the same, a correcting thought counted by its first sentence
-    replay: int | None = None  # a round's data: its new data and this many of the last round's examples (None: all)
-    replay_data: str | None = None  # where `replay` draws from instead of the last round's data
+    rhythm: str = option("sparse", "sparse, dense, im or act.", always=True)
+    seed_data: str = option("", "Round 0's training data (the expert's won episodes, `sparse-react export`); may be "
+                            "left out with --seed-model.", show_default=False)
+    rounds: int = option(2, "Rounds after round 0.", min=0, always=True)
+    arm: str = option("dagger", "dagger (the relabelling expert labels every state the model reached), bootstrap "
+                      "(the model's own won episodes) or expert (the searching expert's won episodes on the train "
+                      "games, e.g. generated ones).")
+    retrain: str = option("base", "base (train each round from the base) or continue (from the last round's adapter).")
+    train_games: str = option("alfworld:train", "The games the model (the expert arm: the searching expert) plays "
+                              "each round.")
+    train_limit: int | None = option(None, "Only the first N train games (after the task types and the filter).",
+                                     min=1)
+    train_task_types: str | None = option(None, "Comma-separated task types of the train games.")
+    train_filter: str | None = option(None, "Only train games whose name matches this regular expression (as `eval "
+                                      "--filter`); `{round}` in it becomes the round's number, so each round can "
+                                      "play other games.")
+    eval_sets: tuple[str, ...] = option(("valid_unseen",), "Comma-separated evaluation sets.")
+    eval_limit: int | None = option(None, "Only the first N games of each evaluation set.", min=1)
+    max_steps: int = option(50, "Step budget of every episode played.")
+    batch: int = option(16, "Episodes decided together when playing.", min=1)
+    seed_model: str | None = option(None, "Round 0's model, already trained on the seed data (e.g. a shipped "
+                                    "adapter): copied instead of trained.")
+    replay: int | None = option(None, "Train each round on its new data and this many examples drawn (a fixed draw) "
+                                "from the last round's data, instead of on all of both.", min=0)
+    replay_data: str | None = option(None, "Draw the --replay examples from this file instead of the last round's "
+                                     "data (e.g. for a seed model whose own data cannot be rebuilt; what that data "
+                                     "taught, such as an earlier round's corrections, is then not trained on again: "
+                                     "give it as --seed-data instead to keep it).")
+    relabel: RelabelOptions = group(RelabelOptions(), panel="Relabelling (the dagger arm)")
+    train: TrainOptions = group(ROUNDS_TRAINING, panel="Training (each round)", rename={"max_steps": "train_steps"})
 
     def check(self) -> None:
+        """RoundsError (or RhythmError) naming what no rounds can run with."""
+        get_rhythm(self.rhythm)
         if self.arm not in ARMS:
             raise RoundsError(f"unknown arm {self.arm!r}; one of {', '.join(ARMS)}")
         if self.retrain not in RETRAIN:
             raise RoundsError(f"unknown retrain {self.retrain!r}; one of {', '.join(RETRAIN)}")
-        if (self.replan_detours or self.corrections_only) and self.arm != "dagger":
-            raise RoundsError("replan_detours and corrections_only change how the dagger arm relabels; "
-                              f"the {self.arm} arm relabels nothing")
-        if (self.without_go_to or self.each_once or self.each_correction_once) and not self.corrections_only:
-            raise RoundsError("without_go_to, each_once and each_correction_once leave out some corrections: "
-                              "they need corrections_only")
+        if self.relabel != RelabelOptions() and self.arm != "dagger":
+            changed = [name for name, value in to_flat(self.relabel).items() if value]
+            raise RoundsError(f"{', '.join(changed)}: options of how the dagger arm relabels; the {self.arm} "
+                              "arm relabels nothing")
+        try:
+            self.relabel.check()
+        except OptionsError as exc:
+            raise RoundsError(str(exc)) from None
+        if self.train.lora_rank < 1:
+            raise RoundsError("each round trains a LoRA adapter: lora_rank must be 1 or more")
         if self.replay is not None and self.replay < 0:
             raise RoundsError(f"replay must be 0 or more examples, not {self.replay}")
         if self.rounds < 0:
@@ -126,12 +145,15 @@ class RoundsSettings:
 
 
 def read_settings(out: Path) -> RoundsSettings:
-    """The settings a rounds folder was made with (its `rounds.json`)."""
+    """The settings a rounds folder was made with (its `rounds.json`); a setting it does not name (one
+    added since) is at its default."""
     path = out / SETTINGS
     if not path.is_file():
         raise RoundsError(f"{out} holds no {SETTINGS}: not a folder `sparse-react rounds` made")
-    stored = json.loads(path.read_text())
-    return RoundsSettings(**{**stored, "eval_sets": tuple(stored["eval_sets"])})
+    try:
+        return from_flat(RoundsSettings, json.loads(path.read_text()))
+    except OptionsError as exc:
+        raise RoundsError(f"{path}: {exc}") from None
 
 
 def seed_rounds(settings: RoundsSettings) -> Path | None:
@@ -145,24 +167,56 @@ def seed_rounds(settings: RoundsSettings) -> Path | None:
 
 def rounds_command(settings: RoundsSettings, out: Path) -> str:
     """The `sparse-react rounds` command line that makes (or resumes) `out` with these settings."""
-    args = ["rounds"]
-    for field in fields(settings):
-        value, default = getattr(settings, field.name), field.default
-        if value == default and field.name not in ("rhythm", "rounds"):
-            continue
-        flag = "--" + field.name.replace("_", "-")
-        if isinstance(value, bool):
-            args += [flag] if value else []
-        else:
-            args += [flag, ",".join(value) if isinstance(value, tuple) else str(value)]
-    return "sparse-react " + shlex.join([*args, "--out", str(out)])
+    return "sparse-react " + shlex.join(["rounds", *flags(settings), "--out", str(out)])
+
+
+def play_stage(settings: RoundsSettings, out: Path, k: int) -> Stage:
+    """Round k's play: the last round's model (the expert arm: the searching expert) on the train games."""
+    last = out / f"round-{k - 1}" / "model"
+    player = ModelOptions(policy="search-expert") if settings.arm == "expert" else ModelOptions(model=str(last))
+    selection = {"limit": settings.train_limit, "task_types": settings.train_task_types,
+                 "filter": settings.train_filter.replace("{round}", str(k)) if settings.train_filter else None}
+    return Stage("eval", evaluate_with, options={
+        "games": settings.train_games, **{name: v for name, v in selection.items() if v}, "model": player,
+        "rhythms": settings.rhythm, "max_steps": settings.max_steps, "batch": settings.batch,
+        "out": out / f"round-{k}" / "play"}, isolated=player.loads_model, summary=Results.table)
+
+
+def new_data_stage(settings: RoundsSettings, out: Path, k: int) -> Stage:
+    """Round k's new data from its play: relabelled (dagger) or its won episodes."""
+    folder = out / f"round-{k}"
+    if settings.arm == "dagger":
+        return Stage("relabel", relabel_runs, ([folder / "play"],),
+                     {"options": settings.relabel, "out": folder / "new.jsonl"}, summary=RelabelSummary.describe)
+    return Stage("export", export, ([folder / "play"],), {"rhythm": settings.rhythm, "out": folder / "new.jsonl"},
+                 summary=ExportSummary.describe)
+
+
+def train_stage(settings: RoundsSettings, out: Path, k: int) -> Stage:
+    """Round k's training on its data (with `retrain="continue"`, on from the last round's adapter)."""
+    from sparse_react.finetune import finetune  # torch, which only the child process that trains needs
+
+    folder = out / f"round-{k}"
+    start = {"init_adapter": out / f"round-{k - 1}" / "model"} if k and settings.retrain == "continue" else {}
+    return Stage("finetune", finetune, options={"data": folder / "data.jsonl", "out": folder / "model",
+                                                "options": settings.train, **start}, isolated=True)
+
+
+def eval_stage(settings: RoundsSettings, out: Path, k: int, games: str) -> Stage:
+    """Round k's model on one evaluation set."""
+    folder = out / f"round-{k}"
+    return Stage("eval", evaluate_with, options={
+        "games": games, "model": ModelOptions(model=str(folder / "model")), "rhythms": settings.rhythm,
+        "max_steps": settings.max_steps, "batch": settings.batch,
+        **({"limit": settings.eval_limit} if settings.eval_limit else {}), "out": eval_run(folder, games)},
+        isolated=True, summary=Results.table)
 
 
 def run_rounds(settings: RoundsSettings, out: Path) -> Path:
     """Run (or resume) every round into `out`; returns the path of the table `rounds.md`."""
     settings.check()
     _open(out, settings)
-    steps = Steps()
+    pipeline = Pipeline()
     for k in range(settings.rounds + 1):
         folder = out / f"round-{k}"
         folder.mkdir(exist_ok=True)
@@ -171,50 +225,25 @@ def run_rounds(settings: RoundsSettings, out: Path) -> Path:
             if settings.seed_data:
                 _write_once(data, Path(settings.seed_data).read_bytes())
         else:
-            last = out / f"round-{k - 1}"
-            play = folder / "play"
-            selection = [*(["--limit", str(settings.train_limit)] if settings.train_limit else []),
-                         *(["--task-types", settings.train_task_types] if settings.train_task_types else []),
-                         *(["--filter", settings.train_filter.replace("{round}", str(k))] if settings.train_filter else [])]
-            player = ["--policy", "search-expert"] if settings.arm == "expert" else ["--model", str(last / "model")]
-            steps.run(["eval", "--games", settings.train_games, *selection, *player,
-                       "--rhythms", settings.rhythm, "--max-steps", str(settings.max_steps),
-                       "--batch", str(settings.batch), "--out", str(play)], done=data.is_file())
-            new = folder / "new.jsonl"
+            play, new = folder / "play", folder / "new.jsonl"
+            pipeline.run(play_stage(settings, out, k), done=data.is_file())
             if settings.arm != "dagger" and not data.is_file() and not any(e.won for e in read_episodes(play / EPISODES_FILE)):
                 new.write_text("")  # nothing won, nothing to keep: export would refuse to write nothing
             else:
-                if settings.arm == "dagger":
-                    verb = ["relabel", str(play), *(["--replan-detours"] if settings.replan_detours else []),
-                            *(["--corrections-only"] if settings.corrections_only else []),
-                            *(["--without-go-to"] if settings.without_go_to else []),
-                            *(["--each-once"] if settings.each_once else []),
-                            *(["--each-correction-once"] if settings.each_correction_once else [])]
-                else:
-                    verb = ["export", str(play), "--rhythm", settings.rhythm]
-                steps.run([*verb, "--out", str(new)], done=data.is_file())
+                pipeline.run(new_data_stage(settings, out, k), done=data.is_file())
             if not data.is_file():  # a resumed round reads and draws nothing again
-                earlier = Path(settings.replay_data) if settings.replay_data else last / "data.jsonl"
+                earlier = Path(settings.replay_data) if settings.replay_data else out / f"round-{k - 1}" / "data.jsonl"
                 _write_once(data, _aggregate(earlier, new, settings.replay))
         model = folder / "model"
         if k == 0 and settings.seed_model:
             _copy_once(Path(settings.seed_model), model)
         else:
-            start = ["--init-adapter", str(out / f"round-{k - 1}" / "model")] if k and settings.retrain == "continue" else []
-            steps.run(["finetune", "--data", str(data), "--out", str(model), "--max-steps", str(settings.train_steps),
-                       "--learning-rate", str(settings.learning_rate), "--lora", "--lora-rank", str(settings.lora_rank),
-                       "--max-length", str(settings.max_length), "--save-steps", "20",
-                       *(["--base", settings.base] if settings.base else []), *start],
-                      done=(model / MODEL_CARD).is_file())
+            pipeline.run(train_stage(settings, out, k), done=(model / MODEL_CARD).is_file())
         for games in settings.eval_sets:
-            run = eval_run(folder, games)
-            steps.run(["eval", "--games", games, "--model", str(model), "--rhythms", settings.rhythm,
-                       "--max-steps", str(settings.max_steps), "--batch", str(settings.batch),
-                       *(["--limit", str(settings.eval_limit)] if settings.eval_limit else []),
-                       "--out", str(run)],
-                      done=_finished(run, games, settings.eval_limit))
+            finished = _finished(eval_run(folder, games), games, settings.eval_limit)
+            pipeline.run(eval_stage(settings, out, k, games), done=finished)
     path = out / "rounds.md"
-    path.write_text(rounds_markdown(out, settings, steps.commands))
+    path.write_text(rounds_markdown(out, settings, pipeline.commands))
     return path
 
 
@@ -232,14 +261,14 @@ def _aggregate(last: Path, new: Path, replay: int | None) -> bytes:
 
 def _open(out: Path, settings: RoundsSettings) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    path, wanted = out / SETTINGS, json.loads(json.dumps(asdict(settings)))
-    if path.exists():
-        # A setting added after the folder was made was at its default then.
-        stored = {**json.loads(json.dumps(asdict(RoundsSettings("", "")))), **json.loads(path.read_text())}
-        changed = sorted(k for k in set(stored) | set(wanted) if k != "rounds" and stored.get(k) != wanted.get(k))
+    wanted = to_flat(settings)
+    if (out / SETTINGS).exists():
+        stored = to_flat(read_settings(out))
+        changed = sorted(k for k in wanted if k != "rounds" and stored[k] != wanted[k])
         if changed:
             raise RoundsError(f"{out} holds rounds with other settings ({', '.join(changed)}); use another --out")
-    path.write_text(json.dumps(wanted, indent=1) + "\n")  # more rounds may be asked for later
+    # more rounds may be asked for later
+    (out / SETTINGS).write_text(json.dumps(wanted, indent=1) + "\n")
 
 
 def _write_once(path: Path, content: bytes) -> None:

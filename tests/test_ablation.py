@@ -18,8 +18,9 @@ sys.path.insert(0, str(EXPERIMENTS))
 from ablation_tables import PairedComparison, _facts, load_ablation, paired, write_ablation_report  # noqa: E402
 from sparse_react.evaluation import RunSettings, evaluate  # noqa: E402
 from sparse_react.export import export  # noqa: E402
-from sparse_react.finetune import FinetuneSettings, finetune  # noqa: E402
+from sparse_react.finetune import finetune  # noqa: E402
 from sparse_react.games.catalog import find_games  # noqa: E402
+from sparse_react.options import TrainOptions  # noqa: E402
 from sparse_react.policies.expert import ExpertPolicy  # noqa: E402
 from sparse_react.policies.random_admissible import RandomPolicy  # noqa: E402
 from sparse_react.tasks import TaskType  # noqa: E402
@@ -43,8 +44,9 @@ def ablation_dir(bundled_unseen, tmp_path_factory):
     evaluate(find_games("train")[:2], ExpertPolicy(), "sparse", run_dir=root / "expert", progress=False)
     export([root / "expert"], root / "data.jsonl")
     tiny_model(root / "tiny", chat=True)
-    finetune(FinetuneSettings(str(root / "data.jsonl"), str(root / "tiny"), max_steps=2, batch_size=1,
-                              grad_accum=1, max_length=512, save_steps=1), root / "model-sparse", progress=False)
+    finetune(root / "data.jsonl", root / "model-sparse", TrainOptions(str(root / "tiny"), max_steps=2, batch_size=1,
+                                                                      grad_accum=1, max_length=512, save_steps=1),
+             progress=False)
     return root
 
 

@@ -21,7 +21,8 @@ from sparse_react.agent import LoopRules, run_episode  # noqa: E402
 from sparse_react.env import HouseholdEnv  # noqa: E402
 from sparse_react.evaluation import evaluate  # noqa: E402
 from sparse_react.export import export  # noqa: E402
-from sparse_react.finetune import FinetuneSettings, finetune  # noqa: E402
+from sparse_react.finetune import finetune  # noqa: E402
+from sparse_react.options import TrainOptions  # noqa: E402
 from sparse_react.games.catalog import find_games  # noqa: E402
 from sparse_react.policies import make_policy  # noqa: E402
 from sparse_react.policies.expert import ExpertPolicy  # noqa: E402
@@ -56,9 +57,9 @@ def tiny_adapter(tmp_path_factory):
     tiny_model(folder / "base", chat=True)
     evaluate(find_games("train")[::10][:6], ExpertPolicy(), "sparse", run_dir=folder / "run", progress=False)
     export([folder / "run"], folder / "data.jsonl")
-    settings = FinetuneSettings(str(folder / "data.jsonl"), str(folder / "base"), max_steps=12, learning_rate=3e-3,
-                                batch_size=2, grad_accum=1, save_steps=6, max_length=1024, lora_rank=4)
-    card = finetune(settings, folder / "adapter", progress=False)
+    settings = TrainOptions(str(folder / "base"), max_steps=12, learning_rate=3e-3, batch_size=2, grad_accum=1,
+                            save_steps=6, max_length=1024, lora_rank=4)
+    card = finetune(folder / "data.jsonl", folder / "adapter", settings, progress=False)
     return folder, card
 
 

@@ -20,7 +20,8 @@ from sparse_react.env import HouseholdEnv  # noqa: E402
 from sparse_react.evaluation import evaluate  # noqa: E402
 from sparse_react.export import ExportError, export  # noqa: E402
 from sparse_react.finetune import (  # noqa: E402
-    ELAPSED, FinetuneError, FinetuneSettings, _Collator, agent_line_loss, finetune, read_examples, tokenize_example)
+    ELAPSED, FinetuneError, _Collator, agent_line_loss, finetune, read_examples, tokenize_example)
+from sparse_react.options import TrainOptions  # noqa: E402
 from sparse_react.games.catalog import find_games  # noqa: E402
 from sparse_react.policies.expert import ExpertPolicy  # noqa: E402
 from sparse_react.models.loading import load_model  # noqa: E402
@@ -91,7 +92,7 @@ def test_the_agent_line_loss_equals_the_models_own_loss(expert_data, tiny):
 
 def test_toy_pipeline_trains_saves_loads_and_plays(expert_data, tiny, tmp_path, bundled_unseen):
     _, path = expert_data
-    card = finetune(FinetuneSettings(str(path), str(tiny), **TOY), tmp_path / "model", progress=False)
+    card = finetune(path, tmp_path / "model", TrainOptions(str(tiny), **TOY), progress=False)
     assert card["steps"] == 12 and card["rhythm"] == "sparse" and card["shots"] == 0
     assert card["last_loss"] < card["first_loss"]
     assert (tmp_path / "model" / "model.safetensors").is_file()
@@ -115,11 +116,11 @@ class _StopAt(TrainerCallback):
 
 def test_an_interrupted_run_resumes_from_its_checkpoint(expert_data, tiny, tmp_path):
     _, path = expert_data  # in low-memory mode, which changes the allocator, not the arithmetic
-    settings = FinetuneSettings(str(path), str(tiny), **{**TOY, "max_steps": 8, "save_steps": 3, "low_memory": True})
+    settings = TrainOptions(str(tiny), **{**TOY, "max_steps": 8, "save_steps": 3, "low_memory": True})
     with pytest.raises(KeyboardInterrupt):
-        finetune(settings, tmp_path / "model", progress=False, callbacks=[_StopAt(5)])
+        finetune(path, tmp_path / "model", settings, progress=False, callbacks=[_StopAt(5)])
     before = json.loads((tmp_path / "model" / "checkpoints" / "checkpoint-3" / ELAPSED).read_text())["seconds"]
-    card = finetune(settings, tmp_path / "model", progress=False)
+    card = finetune(path, tmp_path / "model", settings, progress=False)
     assert card["resumed_from"] == "checkpoint-3" and card["steps"] == 8
     assert before > 0 and card["seconds"] == pytest.approx(before + card["seconds_this_run"], abs=0.2)
     assert card["settings"]["low_memory"] is True and card["last_loss"] < card["first_loss"]
@@ -130,16 +131,16 @@ def test_bad_training_input_is_named(expert_data, tiny, tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(FinetuneError, match="no examples"):
-        finetune(FinetuneSettings(str(empty), str(tiny)), tmp_path / "m")
+        finetune(empty, tmp_path / "m", TrainOptions(str(tiny)))
     mixed = tmp_path / "mixed.jsonl"
     lines = path.read_text().splitlines()
     mixed.write_text("\n".join([lines[0], lines[1].replace('"rhythm": "sparse"', '"rhythm": "act"')]) + "\n")
     with pytest.raises(FinetuneError, match="mixes rhythms act, sparse"):
-        finetune(FinetuneSettings(str(mixed), str(tiny)), tmp_path / "m")
+        finetune(mixed, tmp_path / "m", TrainOptions(str(tiny)))
     with pytest.raises(FinetuneError, match="not an exported example"):
         garbage = tmp_path / "garbage.jsonl"
         garbage.write_text("{\"hello\": 1}\n")
-        finetune(FinetuneSettings(str(garbage), str(tiny)), tmp_path / "m")
+        finetune(garbage, tmp_path / "m", TrainOptions(str(tiny)))
     from transformers import T5Config, T5ForConditionalGeneration
 
     not_causal = tmp_path / "t5"
@@ -148,7 +149,7 @@ def test_bad_training_input_is_named(expert_data, tiny, tmp_path):
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(tiny / name, not_causal / name)
     with pytest.raises(FinetuneError, match="base model: cannot load model from .*t5"):
-        finetune(FinetuneSettings(str(path), str(not_causal)), tmp_path / "m")
+        finetune(path, tmp_path / "m", TrainOptions(str(not_causal)))
 
 
 def test_export_refuses_evaluation_games_and_empty_runs(tmp_path, bundled_unseen):
@@ -164,8 +165,8 @@ def test_export_refuses_evaluation_games_and_empty_runs(tmp_path, bundled_unseen
 
 def test_the_embedded_gguf_model_fine_tunes_and_saves_as_a_plain_model(expert_data, tmp_path):
     _, path = expert_data
-    settings = FinetuneSettings(str(path), None, max_steps=1, batch_size=1, grad_accum=1, max_length=96, save_steps=10)
-    card = finetune(settings, tmp_path / "model", progress=False)
+    settings = TrainOptions(None, max_steps=1, batch_size=1, grad_accum=1, max_length=96, save_steps=10)
+    card = finetune(path, tmp_path / "model", settings, progress=False)
     config = json.loads((tmp_path / "model" / "config.json").read_text())
     assert card["steps"] == 1 and "quantization_config" not in config
     assert HFPolicy(model=tmp_path / "model", device="cpu").shots == 0

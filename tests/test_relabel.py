@@ -17,6 +17,7 @@ from sparse_react.agent import run_episode
 from sparse_react.env import HouseholdEnv
 from sparse_react.export import episode_messages
 from sparse_react.lines import Kind
+from sparse_react.options import RelabelOptions
 from sparse_react.policies.expert import Label
 from sparse_react.policies.scripted import ScriptedPolicy
 from sparse_react.relabel import RelabelError, corrections, hand_over, relabel_episode, relabelled_examples, relabel_runs
@@ -313,7 +314,7 @@ def test_corrections_are_the_states_where_the_label_differs_in_more_than_taste(l
                 or all(l.startswith("go to ") and l not in visited for l in (state.recorded, state.lines[0]))
             assert (state in chosen) is not taste, (episode.settings["game_name"], state)
     assert any(s.recorded.startswith("go to ") and s.lines[0].startswith("go to ") for s in kept)  # a return
-    summary = relabel_runs([DATA], tmp_path / "corrections.jsonl", exclude=(), corrections_only=True)
+    summary = relabel_runs([DATA], tmp_path / "corrections.jsonl", exclude=(), options=RelabelOptions(corrections_only=True))
     rows = [json.loads(line) for line in summary.path.read_text().splitlines()]
     assert summary.examples == len(rows) == len(kept) and not any(row["agreed"] for row in rows)
 
@@ -325,12 +326,13 @@ def test_corrections_without_go_to_keep_every_other_correction(labelled, tmp_pat
     rest = [s for e, states in labelled for s in corrections(e, states, without_go_to=True)]
     assert walks and rest and not any(s.lines[0].startswith("go to ") for s in rest)
     assert len(walks) + len(rest) == sum(len(corrections(e, s)) for e, s in labelled)
-    summary = relabel_runs([DATA], tmp_path / "rest.jsonl", exclude=(), corrections_only=True, without_go_to=True)
+    summary = relabel_runs([DATA], tmp_path / "rest.jsonl", exclude=(),
+                           options=RelabelOptions(corrections_only=True, without_go_to=True))
     rows = [json.loads(line) for line in summary.path.read_text().splitlines()]
     assert sorted((r["game"], r["state_step"]) for r in rows) == sorted(
         (e.game_name, s.step) for e, states in labelled for s in corrections(e, states, without_go_to=True))
     with pytest.raises(RelabelError, match="give --corrections-only with them"):
-        relabel_runs([DATA], tmp_path / "none.jsonl", exclude=(), without_go_to=True)
+        relabel_runs([DATA], tmp_path / "none.jsonl", exclude=(), options=RelabelOptions(without_go_to=True))
 
 
 def test_each_once_keeps_the_first_state_a_label_corrects(labelled):
@@ -358,4 +360,4 @@ def test_each_correction_once_counts_a_correcting_thought_by_what_it_corrects(la
         fewer += len(once) - len(by_correction)
     assert fewer > 0
     with pytest.raises(RelabelError, match="give --corrections-only with them"):
-        relabel_runs([DATA], tmp_path / "none.jsonl", exclude=(), each_correction_once=True)
+        relabel_runs([DATA], tmp_path / "none.jsonl", exclude=(), options=RelabelOptions(each_correction_once=True))

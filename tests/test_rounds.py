@@ -24,6 +24,7 @@ sys.path.insert(0, str(EXPERIMENTS))
 
 from ablation_tables import ship_adapter  # noqa: E402
 from sparse_react.cli import app  # noqa: E402
+from sparse_react.options import from_flat  # noqa: E402
 from sparse_react.evaluation import evaluate  # noqa: E402
 from sparse_react.export import export  # noqa: E402
 from sparse_react.games.catalog import find_games  # noqa: E402
@@ -54,10 +55,11 @@ def seed_model(toy):
 
 
 def settings(toy, **changes) -> RoundsSettings:
+    """Tiny rounds, with `changes` named as the options of `sparse-react rounds` (relabelling and training ones too)."""
     base = dict(rhythm="sparse", seed_data=str(toy / "seed.jsonl"), rounds=2, train_games="train", train_limit=2,
                 eval_sets=("valid_unseen",), eval_limit=2, max_steps=4, base=str(toy / "tiny"), train_steps=2,
                 lora_rank=4, max_length=8192, batch=2)
-    return RoundsSettings(**{**base, **changes})
+    return from_flat(RoundsSettings, {**base, **changes})
 
 
 def plays(model) -> bool:
@@ -174,7 +176,8 @@ def test_a_corrections_only_round_trains_on_the_states_the_expert_corrects(toy, 
     shutil.copytree(out / "round-0", walking / "round-0")
     shutil.copytree(out / "round-1" / "play", walking / "round-1" / "play")
     chosen = dict(without_go_to=True, each_once=True, each_correction_once=True)
-    table = run_rounds(replace(read_settings(out), **chosen), walking).read_text()
+    made = read_settings(out)
+    table = run_rounds(replace(made, relabel=replace(made.relabel, **chosen)), walking).read_text()
     rest = [json.loads(line) for line in (walking / "round-1" / "new.jsonl").read_text().splitlines()]
     assert [e["state_step"] for e in rest] == [s.step for e in read_episodes(out / "round-1" / "play" / "episodes.jsonl")
                                               for s in corrections(e, relabel_episode(e), **chosen)]
@@ -208,7 +211,7 @@ def test_an_expert_round_on_generated_games_trains_on_its_wins_and_a_fixed_draw_
     assert "--arm expert" in (line := rounds_command(read_settings(out), out)) and "--replay 1" in line
 
     stored = json.loads((out / "rounds.json").read_text())
-    del stored["corrections_only"]  # as in a folder made before that setting existed
+    del stored["corrections_only"], stored["lost_only"]  # as in a folder made before those settings existed
     (out / "rounds.json").write_text(json.dumps(stored))
     run_rounds(chosen, out)  # a setting the folder does not name was at its default: the folder resumes
     with pytest.raises(RoundsError, match="replay must be 0 or more"):

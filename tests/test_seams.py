@@ -49,14 +49,15 @@ LAYERS = [
     "policies.expert.phrases", "policies.expert.search", "policies.expert.thoughts", "policies.expert.policy",
     "policies.expert.relabelling", "policies.expert", "policies.random_admissible", "policies.scripted", "policies.react",
     "policies.hf", "policies.shipped", "policies.served", "policies",
-    "evaluation", "api", "resume", "export", "relabel", "packing", "finetune", "steps", "rounds",
+    "options", "evaluation", "api", "resume", "export", "relabel", "packing", "finetune", "stages", "rounds",
     "view.links", "view.records", "view.pages", "view.render", "view.steer", "view.app", "view.serve", "view.static", "view",
-    "cli", "",
+    "cli_options", "cli", "",
 ]
 LAZY = {  # modules that import parts of the package inside functions, and why
     "api": "importing the package loads no model library: policies and the batch runner load when called",
     "cli": "each command loads only what it runs (torch for a model, not for `games list`)",
     "policies": "torch and transformers load only when a model policy is asked for",
+    "rounds": "torch loads only for a round's training, and only the child process that trains needs it",
     "models.served": "a served model needs no torch: transformers loads only for a local chat template",
 }
 
