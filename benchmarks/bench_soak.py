@@ -6,9 +6,10 @@ every stretch of the run mixes the task types and their room sizes).
 The games are the bundled splits, and ALFWorld's train split when ALFWORLD_DATA is set (3,553
 games, each with object names of its own: what made a worker grow). `--baseline` also plays the
 same episodes with textworld's own unbounded memo of propositions (the library before the bound of
-`engine_cache.bound_proposition_memo`), and prints both series side by side, episodes per second,
-and whether every game played the same lines and outcome in both. The bounded arm plays first, so
-if the disk cache of translations is cold it is the one that pays for filling it.
+`engine_cache.bound_proposition_memo`), and prints both series side by side, episodes per second
+and per worker CPU second (the fairer measure on a shared machine), and whether every game played
+the same lines and outcome in both. The bounded arm plays first, so if the disk cache of
+translations is cold it is the one that pays for filling it.
 
     ALFWORLD_DATA=../shared/alfworld python benchmarks/bench_soak.py [--episodes 5000] [--every 250]
         [--workers 2] [--games train,valid_seen,valid_unseen,alfworld:train] [--baseline] [--out runs/soak]
@@ -21,6 +22,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import resource
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -48,9 +50,9 @@ def rss_mb(pid: int) -> float:
 def soak(tasks: list, workers: int, every: int, arm: str, rhythm: str) -> dict:
     """Play `tasks` in `workers` processes; RSS of each worker every `every` episodes."""
     policy = make_policy("search-expert")
-    played: dict[str, list] = defaultdict(list)  # game -> (lines and answers, won, failure) of each of its episodes
+    played: dict[str, list] = defaultdict(list)  # game -> (lines and answers, won, failure) of each episode
     series, won, pids = [], 0, []  # pids in order of first sight: worker 1, worker 2, a replacement ...
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _children_cpu()
     print(f"\n{arm}: {len(tasks)} episodes, {workers} workers, RSS (MB) every {every}", flush=True)
     for done, episode in enumerate(_play_in_processes(tasks, policy, LoopRules(), workers), 1):
         played[episode.game_name].append(([(e.text, e.observation) for e in episode.entries], episode.won,
@@ -60,16 +62,27 @@ def soak(tasks: list, workers: int, every: int, arm: str, rhythm: str) -> dict:
             continue
         live = sorted(p.pid for p in mp.active_children())
         pids += [pid for pid in live if pid not in pids]
-        rss = {pid: rss_mb(pid) for pid in live}
+        rss = {pid: mb for pid in live if (mb := rss_mb(pid)) == mb}  # NaN: it has just exited
         elapsed = time.perf_counter() - start
         series.append({"episodes": done, "seconds": round(elapsed, 1),
                        "rss_mb": {str(pid): round(mb, 1) for pid, mb in rss.items()}})
         print(f"  {done:>6} episodes  {elapsed / 60:6.1f} min  {done / elapsed:5.2f} episodes/s  "
               + "  ".join(f"worker {pids.index(pid) + 1} {mb:6.0f}" for pid, mb in rss.items()), flush=True)
     seconds = time.perf_counter() - start
+    while mp.active_children():  # reap the workers, so that their CPU time counts
+        time.sleep(0.1)
+    cpu = _children_cpu() - cpu
     return {"arm": arm, "rhythm": rhythm, "episodes": len(tasks), "won": won, "seconds": round(seconds, 1),
-            "episodes_per_second": round(len(tasks) / seconds, 3), "pids": pids, "series": series,
+            "episodes_per_second": round(len(tasks) / seconds, 3), "worker_cpu_seconds": round(cpu, 1),
+            "episodes_per_cpu_second": round(len(tasks) / cpu, 3), "pids": pids, "series": series,
             "played": played}
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's finished children (the workers of the arms played so far); on a
+    shared machine, episodes per worker CPU second compare arms better than episodes per second."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def growth(result: dict) -> list[str]:
@@ -78,7 +91,6 @@ def growth(result: dict) -> list[str]:
     lines = []
     for number, pid in enumerate(result["pids"], 1):
         points = [(s["episodes"], s["rss_mb"][str(pid)]) for s in result["series"] if str(pid) in s["rss_mb"]]
-        points = [(n, v) for n, v in points if v == v]  # a worker that died reads NaN
         if len(points) < 2:
             continue
         (n0, first), (n1, last) = points[0], points[-1]
@@ -124,6 +136,7 @@ def main() -> None:
     print()
     for result in results:
         print(f"{result['arm']}: {result['episodes_per_second']:.2f} episodes/s, "
+              f"{result['episodes_per_cpu_second']:.2f} episodes per worker CPU second, "
               f"{result['won']}/{result['episodes']} won, {result['seconds'] / 60:.1f} min")
         for line in growth(result):
             print(line)
