@@ -1,27 +1,25 @@
 """Streams and batches of the local engine: what it keeps per stream, and several streams' caches
-stacked into one left-padded batch for the forward passes of a turn."""
+stacked into one left-padded batch for the forward passes of a turn, each pass packed (no padding
+position computed)."""
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from sparse_react.models.attention import ragged_rows
-from sparse_react.models.kv_cache import cache_argument, logits_argument, new_cache
+from sparse_react.models.attention import Segment, packed_rows
+from sparse_react.models.kv_cache import PackedCache, cache_argument, logits_argument, new_cache
 
 
 @dataclass
 class Runner:
-    """The model a batch runs and how: on `device`, each row attending alone when `ragged`
-    (`sparse_react.models.attention.ragged_rows`), its passes and tokens counted in `stats`."""
+    """The model a batch runs and how: on `device`, its passes and tokens counted in `stats`."""
 
     model: Any
     device: torch.device
     stats: dict
-    ragged: bool = True
 
     def __post_init__(self) -> None:
         self.cache_argument = cache_argument(self.model)
@@ -91,27 +89,32 @@ class Batch:
 
     def forward(self, rows: dict[int, list[int]], parents: dict[int, list[int]] | None = None,
                 count: bool = True, depths: dict[int, list[int]] | None = None,
-                sees: dict[int, list[list[int]]] | None = None, last_only: bool = False) -> torch.Tensor:
-        """Append each row's tokens (rows not named get padding) and return the logits [B, q, V].
+                sees: dict[int, list[list[int]]] | None = None, last_only: bool = False) -> dict[int, torch.Tensor]:
+        """Append each row's tokens (rows not named get padding columns) and return each named row's
+        logits [its tokens, V].
 
         `parents` gives, per row, each token's parent index in that row (-1: the cached prefix
         only), for tree-shaped candidates; without it each row's tokens are causal text. `depths`
         (with `sees`: per token, the cache columns it may read besides the row's text) places
         tokens whose ancestors were fed in earlier passes. With `last_only`, each row's text ends
-        at the last column (padding before it) and logits come for that column only (q = 1): the
-        LM head is a fifth of a token's cost.
+        at the last column (padding before it) and logits come for its last token only ([1, V]):
+        the LM head is a fifth of a token's cost.
+
+        The rows' tokens run packed, as one sequence with each token's own position: the model
+        computes no padding position, and each row attends over its own cache row alone
+        (`sparse_react.models.attention.packed_rows`).
         """
         runner, batch = self.runner, len(self.streams)
         width = max(len(t) for t in rows.values())
         length = self.cache.get_seq_length()
-        ids = torch.zeros(batch, width, dtype=torch.long)
-        positions = torch.zeros(batch, width, dtype=torch.long)
         allow = torch.eye(width, dtype=torch.bool).repeat(batch, 1, 1)
         real = torch.zeros(batch, width, dtype=torch.bool)
-        for row, tokens in rows.items():
+        ids: list[int] = []
+        positions: list[int] = []
+        spans: list[tuple[int, int, int, int]] = []  # (row, packed start, packed end, first new column)
+        for row, tokens in sorted(rows.items()):
             n = len(tokens)
             at = slice(width - n, width) if last_only else slice(0, n)
-            ids[row, at] = torch.tensor(tokens, dtype=torch.long)
             real[row, at] = True
             if depths is not None:
                 depth = depths[row]
@@ -125,9 +128,9 @@ class Batch:
                         allow[row, i, :n] = allow[row, parent, :n]
                         depth[i] = depth[parent] + 1
                     allow[row, i, i] = True
-            positions[row, at] = torch.tensor(depth, dtype=torch.long) + self.pos[row]
-        for row in range(batch):
-            positions[row, ~real[row]] = self.pos[row]
+            spans.append((row, len(ids), len(ids) + n, at.start))
+            ids += tokens
+            positions += [d + self.pos[row] for d in depth]
         cached = self.valid[:, None, :].expand(batch, width, length) & real[:, :, None]
         if sees:
             cached = cached.clone()
@@ -135,15 +138,8 @@ class Batch:
                 for i, visible in enumerate(columns):
                     cached[row, i, visible] = True
         seen = torch.cat([cached, allow], dim=2)
-        dtype = runner.model.dtype
-        mask = torch.zeros(batch, 1, width, length + width, dtype=dtype)
-        mask.masked_fill_(~seen[:, None], torch.finfo(dtype).min)
         runner.stats["forward_calls"] += 1
-        keep = {runner.logits_argument: 1} if last_only and runner.logits_argument else {}
-        with self._ragged(rows, width, last_only, seen):
-            out = runner.model(input_ids=ids.to(runner.device), position_ids=positions.to(runner.device),
-                               attention_mask=mask.to(runner.device), use_cache=True,
-                               **{runner.cache_argument: self.cache}, **keep)
+        logits = self._run(ids, positions, spans, width, seen, last_only)
         self.valid = torch.cat([self.valid, real], dim=1)
         if parents is None and depths is None:
             for row, tokens in rows.items():
@@ -151,18 +147,33 @@ class Batch:
         if count:  # generated tokens fed back are counted as generated, once
             for row, tokens in rows.items():
                 self.streams[row].tokens += len(tokens)
-            runner.stats["tokens_encoded"] += sum(len(t) for t in rows.values())
-        return out.logits[:, -1:] if last_only else out.logits
+            runner.stats["tokens_encoded"] += len(ids)
+        if last_only:
+            return {row: logits[i:i + 1] for i, (row, *_) in enumerate(spans)}
+        return {row: logits[start:end] for row, start, end, _ in spans}
 
-    def _ragged(self, rows: dict[int, list[int]], width: int, last_only: bool, seen: torch.Tensor) -> Any:
-        """Each row attending alone (`ragged_rows`) from the first column any of its tokens may see,
-        when the runner says so."""
-        if not self.runner.ragged or len(self.streams) == 1:
-            return nullcontext()
-        first = [int(row.any(dim=0).nonzero()[0]) for row in seen]  # each token sees itself at least
-        spans = {r: (width - len(tokens), width) if last_only else (0, len(tokens)) for r, tokens in rows.items()}
-        queries = [spans.get(r, (0, 0)) for r in range(len(self.streams))]
-        return ragged_rows(first, queries)
+    def _run(self, ids: list[int], positions: list[int], spans: list[tuple[int, int, int, int]], width: int,
+             seen: torch.Tensor, last_only: bool) -> torch.Tensor:
+        """The packed pass: the logits [tokens, V] (with `last_only`, [rows, V]: each span's last token's)."""
+        runner, device, dtype = self.runner, self.runner.device, self.runner.model.dtype
+        segments = []
+        for row, start, end, column in spans:
+            visible = seen[row, column:column + end - start]
+            first = int(visible.any(dim=0).nonzero()[0])  # each token sees itself at least
+            mask = torch.zeros(1, 1, end - start, visible.shape[1] - first, dtype=dtype)
+            mask.masked_fill_(~visible[None, None, :, first:], torch.finfo(dtype).min)
+            segments.append(Segment(start, end, row, first, mask.to(device)))
+        ends = torch.tensor([end - 1 for _, _, end, _ in spans], device=device)
+        keep = {runner.logits_argument: ends} if last_only and runner.logits_argument else {}
+        with packed_rows(segments):
+            out = runner.model(input_ids=torch.tensor([ids], device=device),
+                               position_ids=torch.tensor([positions], device=device),
+                               attention_mask=self.PLACEHOLDER.to(device), use_cache=True,
+                               **{runner.cache_argument: PackedCache(self.cache, spans, width)}, **keep)
+        logits = out.logits[0]
+        return logits[ends] if last_only and not keep else logits
+
+    PLACEHOLDER = torch.zeros(1, 1, 1, 1, dtype=torch.bool)  # a 4D mask goes through transformers as it is; segments hold the real ones
 
     def columns(self, row: int, columns: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Copies of one row's keys and values at `columns`, per layer."""

@@ -65,8 +65,7 @@ class LocalBackend:
     `benchmarks/bench_action_modes.py` measured fewer tokens not to pay for the extra passes).
     `card` is the model's card ({} for a model not fine-tuned here).
     `keep_lines` keeps the keys and values of a committed line's tokens fed while choosing or
-    writing it. `ragged` lets each row of a batched pass attend alone over its own columns,
-    skipping the padding (`sparse_react.models.attention.ragged_rows`). `seed` seeds sampling.
+    writing it. `seed` seeds sampling.
     """
 
     can_score = True
@@ -75,8 +74,7 @@ class LocalBackend:
     PRUNE_WIDTH = 8  # candidate-trie nodes a row feeds per pass in the best-first search
 
     def __init__(self, loaded: LoadedModel, seed: int = 0, chat: bool | None = None, reuse_cache: bool = True,
-                 drafts: bool = True, prune: bool | None = None, keep_lines: bool = True,
-                 ragged: bool = True) -> None:
+                 drafts: bool = True, prune: bool | None = None, keep_lines: bool = True) -> None:
         self.loaded = loaded
         self.tokenizer, self.model, self.device = loaded.tokenizer, loaded.model, loaded.device
         use_grouped_sdpa(self.model)
@@ -85,7 +83,7 @@ class LocalBackend:
         self.chat = bool(getattr(self.tokenizer, "chat_template", None)) if chat is None else chat
         self.stats = {"tokens_encoded": 0, "tokens_generated": 0, "full_reencodes": 0, "forward_calls": 0,
                       "draft_tokens_accepted": 0}
-        self.runner = Runner(self.model, self.device, self.stats, ragged)
+        self.runner = Runner(self.model, self.device, self.stats)
         self._anchor = self.tokenizer("\n" + PROMPT, add_special_tokens=False)["input_ids"]
         self.writer = Writer(self.tokenizer, self.runner, self._stop_ids(), seed, drafts)
         self._streams: dict[Hashable, Stream] = {}
@@ -273,7 +271,7 @@ class LocalBackend:
         batch.keep(start, new)
         for row, ids in targets.items():
             stream = batch.streams[row]
-            stream.logprobs = torch.log_softmax(logits[row, 0].float(), dim=-1)
+            stream.logprobs = torch.log_softmax(logits[row][0].float(), dim=-1)
             stream.ids = ids
 
     def _keep(self, batch: Batch, row: int, tokens: list[int], columns: list[int]) -> None:
@@ -302,7 +300,7 @@ class LocalBackend:
             nodes, tokens, _ = tries[row]
             logprobs = batch.streams[row].logprobs[None]
             if tokens:
-                logprobs = torch.cat([logprobs, torch.log_softmax(logits[row, :len(tokens)].float(), dim=-1)])
+                logprobs = torch.cat([logprobs, torch.log_softmax(logits[row][:len(tokens)].float(), dim=-1)])
             scores[row] = [float(logprobs[[0] + [1 + nodes[tuple(c[:k])] for k in range(1, len(c))], c].mean())
                            for c in cands]
         return scores
@@ -321,7 +319,7 @@ class LocalBackend:
                                    sees={row: [searches[row].ancestors(n) for n in nodes] for row, nodes in feeds.items()})
             batch.valid[:, start:] = False  # a fed node is read only by the nodes below it
             for row, nodes in feeds.items():
-                logprobs = torch.log_softmax(logits[row, :len(nodes)].float(), dim=-1)
+                logprobs = torch.log_softmax(logits[row][:len(nodes)].float(), dim=-1)
                 for i, node in enumerate(nodes):
                     searches[row].column[node] = start + i
                     searches[row].fed(node, logprobs[i])

@@ -51,7 +51,7 @@ class Writer:
             if step:
                 logits = batch.forward(step)
                 for row in step:
-                    logprobs[row] = torch.log_softmax(logits[row, 0].float(), dim=-1)
+                    logprobs[row] = torch.log_softmax(logits[row][0].float(), dim=-1)
         batch.rewind(mark)
         return chosen
 
@@ -76,7 +76,7 @@ class Writer:
             start = batch.cache.get_seq_length()
             logits = batch.forward(with_forced)
             for row, ids in with_forced.items():
-                logprobs[row] = torch.log_softmax(logits[row, len(ids) - 1].float(), dim=-1)
+                logprobs[row] = torch.log_softmax(logits[row][len(ids) - 1].float(), dim=-1)
                 columns[row] = list(range(start, start + len(ids)))
         out: dict[int, list[int]] = {row: [] for row in forced}
         live = set(forced)
@@ -94,7 +94,7 @@ class Writer:
             start = batch.cache.get_seq_length()
             logits = batch.forward(step, count=False)
             for row, fed in step.items():
-                after = torch.log_softmax(logits[row, :len(fed)].float(), dim=-1)  # after each token fed
+                after = torch.log_softmax(logits[row][:len(fed)].float(), dim=-1)  # after each token fed
                 greedy = after.argmax(dim=-1).tolist()
                 used = 1  # positions whose next-token guess is taken: the sampled token's, then each draft token's
                 for guess in drafts[row]:  # a draft token counts only where greedy decoding would have written it

@@ -31,7 +31,7 @@ class HFPolicy(ReActPolicy):
     `scored`, `constrained` or `free` (None: what the model's card asks for, else `scored`).
     `shots=0` drops the prompt's examples (the default for a model fine-tuned here, whose card says
     so); `window > 0` shows only the last `window` turns of a long episode. `chat`, `reuse_cache`,
-    `drafts`, `prune`, `keep_lines` and `ragged` are the engine's (`LocalBackend`); `backend`
+    `drafts`, `prune` and `keep_lines` are the engine's (`LocalBackend`); `backend`
     plays on a backend given instead (its `card` then gives the defaults). In free mode,
     `invalid_actions`/`free_actions` give the rate of commands not admissible.
     """
@@ -43,11 +43,11 @@ class HFPolicy(ReActPolicy):
                  max_thought_tokens: int | None = None, trust_remote_code: bool = False, reuse_cache: bool = True,
                  chat: bool | None = None, loaded: LoadedModel | None = None, shots: int | None = None,
                  window: int = 0, drafts: bool = True, prune: bool | None = None, keep_lines: bool = True,
-                 ragged: bool = True, backend: Any = None) -> None:
+                 backend: Any = None) -> None:
         check_choices(action_mode, None, error=ModelError)
         if backend is None:
             backend = LocalBackend(loaded or load_model(model, device, dtype, trust_remote_code), seed, chat,
-                                   reuse_cache, drafts, prune, keep_lines, ragged)
+                                   reuse_cache, drafts, prune, keep_lines)
         card = backend.card
         action_mode = action_mode or card.get("action_mode", DEFAULT_ACTION_MODE)
         shots = card.get("shots", 2) if shots is None else shots
