@@ -6,12 +6,10 @@ of the tree of candidates over a few passes, feeding only the branches that can 
 in float32 only; an arm `scored:full` feeds the whole tree in one pass, `scored:best` always searches);
 `constrained` writes the command token by token, choosing only among tokens
 that continue an admissible command (a few one-token passes). An arm `MODE:nodrafts` writes each
-thought one token per pass instead of checking drafted tokens (the same text either way); `MODE:stock`
-attends with transformers' own SDPA attention, which copies the key/value cache once per query head
-(`sparse_react.models.attention`; the same numbers either way); `MODE:nokeep` encodes each chosen line
-again the next turn instead of keeping what was fed while choosing or writing it; `MODE:padded`
-attends over the whole padded batch instead of each row over its own columns
-(`sparse_react.models.attention.ragged_rows`). Options combine (`scored:full:nokeep`).
+thought one token per pass instead of checking drafted tokens (the same text either way); `MODE:nokeep`
+encodes each chosen line again the next turn instead of keeping what was fed while choosing or writing
+it. Options combine (`scored:full:nokeep`). Packed passes against padded ones:
+`benchmarks/bench_packed_batches.py`.
 The last column says whether an arm wrote the same lines as the first arm of its mode. Whole
 episodes with the 50-step budget, 16 decided together, as `sparse-react eval` plays them.
 
@@ -39,7 +37,6 @@ def main() -> None:
 
     from sparse_react.evaluation import evaluate
     from sparse_react.games.catalog import find_games
-    from sparse_react.models.attention import GROUPED_SDPA
     from sparse_react.models.loading import load_model
     from sparse_react.policies.hf import HFPolicy
     from sparse_react.policies.shipped import shipped_adapter
@@ -52,8 +49,7 @@ def main() -> None:
         mode, *options = arm.split(":")
         prune = False if "full" in options else True if "best" in options else None
         policy = HFPolicy(loaded=loaded, action_mode=mode, drafts="nodrafts" not in options, prune=prune,
-                          keep_lines="nokeep" not in options, ragged="padded" not in options)
-        loaded.model.set_attn_implementation("sdpa" if "stock" in options else GROUPED_SDPA)
+                          keep_lines="nokeep" not in options)
         started = time.perf_counter()
         episodes = evaluate(games, policy, args.rhythm, progress=False, batch=args.batch)
         seconds = time.perf_counter() - started

@@ -150,12 +150,12 @@ def test_constrained_mode_writes_an_admissible_line_token_by_token(env, bundled_
     assert checked >= 8
 
 
-def test_grouped_attention_computes_what_transformers_sdpa_computes(env, bundled_unseen, tiny):
-    from sparse_react.models.attention import GROUPED_SDPA
+def test_grouped_attention_computes_what_transformers_sdpa_computes(tiny):
+    from sparse_react.models.attention import GROUPED_SDPA, Segment, packed_rows
 
     _, loaded = tiny
     model = loaded.model
-    policy = HFPolicy(loaded=loaded, max_thought_tokens=4)
+    HFPolicy(loaded=loaded, max_thought_tokens=4)
     assert model.config._attn_implementation == GROUPED_SDPA
     assert model.config.num_key_value_heads < model.config.num_attention_heads  # grouped heads, as in SmolLM2
     ids = torch.randint(5, model.config.vocab_size, (2, 12))
@@ -169,54 +169,52 @@ def test_grouped_attention_computes_what_transformers_sdpa_computes(env, bundled
             model.set_attn_implementation(kind)
             with torch.no_grad():
                 ran[kind] = model(input_ids=ids, attention_mask=mask).logits
-            ran[kind, "lines"] = [(e.kind, e.text) for e in _play(env, bundled_unseen[0], policy, "sparse", 6).entries]
     finally:
         model.set_attn_implementation(GROUPED_SDPA)
     assert torch.allclose(ran[GROUPED_SDPA][:, 3:], ran["sdpa"][:, 3:], atol=1e-5)
-    assert ran[GROUPED_SDPA, "lines"] == ran["sdpa", "lines"]
+    hidden = torch.full((1, 1, 9, 12), torch.finfo(torch.float32).min)
+    segments = [Segment(0, 9, 0, 0, torch.cat([mask[:1, :, 3:, 3:], hidden], dim=3)),  # row 0 without its padding
+                Segment(9, 21, 0, 9, mask[1:])]  # no cache: the keys are the packed tokens', one row
+    with torch.no_grad(), packed_rows(segments):
+        packed = model(input_ids=torch.cat([ids[0, 3:], ids[1]])[None], position_ids=torch.arange(3, 24)[None] % 12,
+                       attention_mask=torch.zeros(1, 1, 1, 1, dtype=torch.bool), use_cache=False).logits
+    assert torch.allclose(packed[0, :9], ran["sdpa"][0, 3:], atol=1e-5)
+    assert torch.allclose(packed[0, 9:], ran["sdpa"][1], atol=1e-5)
 
 
-def test_ragged_rows_attend_as_the_padded_batch_does(env, bundled_unseen, tiny):
-    """Each row attending alone over its own columns gives the padded batch's logits at every real
-    position, and the same lines in batched episodes."""
-    from sparse_react.models.attention import ragged_rows
+def test_a_packed_batch_computes_what_each_row_computes_alone(env, bundled_unseen, tiny):
+    """Rows of different lengths catching up and scoring candidate tries in packed passes get the
+    token counts and scores each gets alone, and batched episodes the lines one at a time plays."""
+    from sparse_react.evaluation import evaluate
 
     _, loaded = tiny
-    model = loaded.model
-    ids = torch.randint(5, model.config.vocab_size, (2, 12))
-    allowed = torch.ones(12, 12, dtype=torch.bool).tril().repeat(2, 1, 1)
-    allowed[0, :, :3] = False  # left padding: row 0's text starts at column 3
-    allowed[1, 8:, 6:8] = False  # a tree: two branches that do not see each other
-    mask = torch.zeros(2, 1, 12, 12).masked_fill_(~allowed[:, None], torch.finfo(torch.float32).min)
-    with torch.no_grad():
-        padded = model(input_ids=ids, attention_mask=mask).logits
-        with ragged_rows([3, 0], [(3, 12), (0, 12)]):
-            ragged = model(input_ids=ids, attention_mask=mask).logits
-        with ragged_rows([3, 0], [(3, 12), (0, 10)]):  # row 1's last two tokens as padding: zeros there
-            short = model(input_ids=ids, attention_mask=mask).logits
-    assert torch.allclose(ragged[:, 3:], padded[:, 3:], atol=1e-5)
-    assert torch.allclose(short[1, :10], padded[1, :10], atol=1e-5) and not torch.allclose(short[1, 10:], padded[1, 10:])
-    runs = _same_lines_either_way(loaded, bundled_unseen[:4], "ragged", max_thought_tokens=4)
-    assert runs[True][1]["forward_calls"] == runs[False][1]["forward_calls"]
-
     texts = ["You are in the middle of a room.\n>", "Your task is to: put a clean apple in the fridge.\nOK.\n>",
              "On the desk 1, you see a pen 1.\n>"]
     longer = {0: texts[0] + " go to desk 1\nNothing happens.\n>", 2: texts[2] + " look\n"}
+    words = tuple(dict.fromkeys(f" {word}" for text in texts for word in text.replace(">", "").split()))
     after = {}
-    for ragged in (False, True):  # three cached episodes of different lengths; two of them catch up together
-        policy = HFPolicy(loaded=loaded, ragged=ragged)
-        engine = policy.backend
+    for together in (False, True):  # three cached episodes of different lengths; two of them catch up together
+        engine = HFPolicy(loaded=loaded, prune=False).backend
         for key, text in enumerate(texts):
             engine.prefill([Prompt(key, text)])
         assert all(engine.encode(longer[k])[:len(engine.encode(texts[k]))] == engine.encode(texts[k]) for k in longer)
-        new = [engine.prefill([Prompt(k, longer.get(k, text)) for k, text in enumerate(texts)])]
-        words = tuple(dict.fromkeys(f" {word}" for text in texts for word in text.replace(">", "").split()))
-        scores = engine.score([ScoreRequest(Prompt(k, longer.get(k, text)), words) for k, text in enumerate(texts)])
-        after[ragged] = (new, [value for s in scores for value in s.values], engine.stats["full_reencodes"])
-    assert after[False][0] == after[True][0] == [[len(engine.encode(longer[0])) - len(engine.encode(texts[0])), 0,
-                                                   len(engine.encode(longer[2])) - len(engine.encode(texts[2]))]]
+        prompts = [Prompt(k, longer.get(k, text)) for k, text in enumerate(texts)]
+        groups = [prompts] if together else [[p] for p in prompts]
+        new = [n for group in groups for n in engine.prefill(group)]
+        scores = [s for group in groups for s in engine.score([ScoreRequest(p, words) for p in group])]
+        after[together] = (new, [value for s in scores for value in s.values], engine.stats["full_reencodes"])
+    assert after[False][0] == after[True][0] == [len(engine.encode(longer[0])) - len(engine.encode(texts[0])), 0,
+                                                 len(engine.encode(longer[2])) - len(engine.encode(texts[2]))]
     assert after[False][2] == after[True][2] == 0
     assert after[False][1] == pytest.approx(after[True][1], abs=1e-5)
+    runs = {}
+    for batch in (1, 4):
+        policy = HFPolicy(loaded=loaded, max_thought_tokens=4)
+        episodes = evaluate(bundled_unseen[:4], policy, ["sparse", "dense"],
+                            rules=LoopRules(max_steps=8, loop_repeats=0), progress=False, batch=batch)
+        assert all(e.error is None for e in episodes), [e.error for e in episodes]
+        runs[batch] = [[(e.kind, e.text) for e in ep.entries] for ep in episodes]
+    assert runs[1] == runs[4]
 
 
 def _same_lines_either_way(loaded, games, option: str, **settings) -> dict:
