@@ -30,9 +30,11 @@ REPO = Path(__file__).resolve().parents[1]
 BEFORE = "99b4daa"  # the last commit whose batches ran padded
 
 
-def child(limit: int, dtype: str, batch: int) -> dict:
+def child(limit: int, dtype: str, batch: int, threads: int) -> dict:
     """Play the games with this process's package; turns, times and each episode's lines."""
     import torch
+
+    torch.set_num_threads(threads)
 
     from sparse_react.agent import LoopRules
     from sparse_react.api import load_policy_from
@@ -54,7 +56,8 @@ def child(limit: int, dtype: str, batch: int) -> dict:
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     assert all(e.error is None for e in episodes), [e.error for e in episodes if e.error]
     stats = policy.policy("sparse").backend.stats
-    return {"wall": wall, "cpu": cpu, "turns": sum(len(e.entries) for e in episodes), "won": sum(e.won for e in episodes),
+    return {"wall": wall, "cpu": cpu, "turns": sum(len(e.entries) for e in episodes),
+            "won": sum(e.won for e in episodes),
             "positions": positions[0] / max(1, stats["tokens_encoded"] + stats["tokens_generated"]),
             "episodes": [[e.won, [(x.kind.value, x.text, x.observation) for x in e.entries]] for e in episodes]}
 
@@ -63,7 +66,7 @@ def arm(source: Path, args: argparse.Namespace, dtype: str) -> dict:
     """One arm in its own process, on the package found in `source`."""
     env = {**os.environ, "PYTHONPATH": str(source)}
     command = [sys.executable, __file__, "--child", "--limit", str(args.limit), "--batch", str(args.batch),
-               "--dtypes", dtype]
+               "--threads", str(args.threads), "--dtypes", dtype]
     out = subprocess.run(command, env=env, cwd=source, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -74,20 +77,19 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--before", default=BEFORE, help="commit of the engine before packing")
     parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads of each arm")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.limit, args.dtypes, args.batch)))
+        print(json.dumps(child(args.limit, args.dtypes, args.batch, args.threads)))
         return
-
-    import torch
 
     with tempfile.TemporaryDirectory() as folder:
         archive = subprocess.run(["git", "-C", str(REPO), "archive", args.before, "sparse_react", "games", "prompts"],
                                  capture_output=True, check=True).stdout
         tarfile.open(fileobj=BytesIO(archive)).extractall(folder, filter="data")
         print(f"first {args.limit} bundled valid_unseen games, shipped sparse adapter, 50-step budget, loop "
-              f"detection, batch {args.batch}; {torch.get_num_threads()} torch threads\n")
+              f"detection, batch {args.batch}; {args.threads} torch threads on {os.cpu_count()} cores\n")
         print("| weights | engine | turns | won | positions / token | turns/s (wall) | turns/s (CPU) |")
         print("|---|---|---|---|---|---|---|")
         for dtype in args.dtypes.split(","):
@@ -98,8 +100,8 @@ def main() -> None:
                       f"{run['turns'] / run['wall']:.2f} | {run['turns'] / run['cpu']:.2f} |", flush=True)
             before, after = runs.values()
             same = sum(a == b for a, b in zip(before["episodes"], after["episodes"]))
-            print(f"| {dtype} | packed / padded | | | | {after['turns'] / after['wall'] / (before['turns'] / before['wall']):.2f}× "
-                  f"| {after['turns'] / after['cpu'] / (before['turns'] / before['cpu']):.2f}× |")
+            wall, cpu = (after["turns"] / after[t] / (before["turns"] / before[t]) for t in ("wall", "cpu"))
+            print(f"| {dtype} | packed / padded | | | | {wall:.2f}× | {cpu:.2f}× |")
             print(f"| {dtype} | same episodes (lines, observations, won) | {same}/{args.limit} | | | | |", flush=True)
 
 

@@ -24,6 +24,7 @@ from sparse_react.export import export  # noqa: E402
 from sparse_react.finetune import finetune  # noqa: E402
 from sparse_react.options import TrainOptions  # noqa: E402
 from sparse_react.games.catalog import find_games  # noqa: E402
+from sparse_react.lines import Kind  # noqa: E402
 from sparse_react.policies import make_policy  # noqa: E402
 from sparse_react.policies.expert import ExpertPolicy  # noqa: E402
 from sparse_react.cards import ADAPTER_WEIGHTS, MODEL_CARD  # noqa: E402
@@ -132,6 +133,21 @@ def test_each_shipped_adapter_plays_its_rhythm(rhythm, bundled_unseen):
     assert policy.policy(rhythm).loaded.source == str(shipped_adapter(rhythm))
     card = json.loads((shipped_adapter(rhythm) / MODEL_CARD).read_text())
     assert card["rhythm"] == rhythm and card["kind"] == "lora" and card["commands"] and card["results"]
+
+
+@needs_shipped
+def test_the_shipped_sparse_agent_decides_alike_in_a_packed_batch_and_alone(bundled_unseen):
+    """Episodes decided together (packed passes over rows of different lengths) play exactly as
+    each played alone, in float32: every line, observation and outcome."""
+    policy = HFPolicy(model=shipped_adapter("sparse"), device="cpu", dtype="float32")
+    games = [bundled_unseen[0], bundled_unseen[40], bundled_unseen[80]]
+    played = {}
+    for batch in (1, 3):
+        episodes = evaluate(games, policy, "sparse", rules=LoopRules(max_steps=8), progress=False, batch=batch)
+        assert all(e.error is None for e in episodes), [e.error for e in episodes]
+        played[batch] = [(e.won, [(x.kind, x.text, x.observation) for x in e.entries]) for e in episodes]
+    assert played[1] == played[3]
+    assert {kind for _, entries in played[3] for kind, _, _ in entries} == {Kind.ACTION, Kind.THOUGHT}
 
 
 def test_a_rhythm_without_a_shipped_adapter_is_named():

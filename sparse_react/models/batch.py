@@ -73,7 +73,8 @@ class Batch:
 
     @classmethod
     def _stack(cls, parts: list[torch.Tensor], longest: int) -> torch.Tensor:
-        out = parts[0].new_zeros(len(parts), parts[0].shape[1], longest + cls.TURN_ROOM, parts[0].shape[3])
+        # uninitialised: a row's left padding is never read (attention starts at its first visible column)
+        out = parts[0].new_empty(len(parts), parts[0].shape[1], longest + cls.TURN_ROOM, parts[0].shape[3])
         for row, part in enumerate(parts):
             if part.shape[2]:
                 out[row, :, longest - part.shape[2]:longest] = part[0]
@@ -173,7 +174,8 @@ class Batch:
         logits = out.logits[0]
         return logits[ends] if last_only and not keep else logits
 
-    PLACEHOLDER = torch.zeros(1, 1, 1, 1, dtype=torch.bool)  # a 4D mask goes through transformers as it is; segments hold the real ones
+    # transformers passes a 4D mask on as it is; the segments hold the real masks
+    PLACEHOLDER = torch.zeros(1, 1, 1, 1, dtype=torch.bool)
 
     def columns(self, row: int, columns: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Copies of one row's keys and values at `columns`, per layer."""
