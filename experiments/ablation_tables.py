@@ -22,13 +22,28 @@ from pathlib import Path
 from typing import Sequence
 
 from sparse_react.bundled import ADAPTERS_DIR
-from sparse_react.cards import (ADAPTER_CONFIG, ADAPTER_WEIGHTS, DEFAULT_ACTION_MODE, MODEL_CARD, ModelError,
-                                training_seconds)
 from sparse_react.evaluation import SETTINGS_FILE
 from sparse_react.policies.expert import RelabellingExpertPolicy
 from sparse_react.report import (
-    COLUMNS, DASH, GroupStats, PairedComparison, format_number, group_stats, load_runs, markdown_table, pairs_table,
-    success_rows)
+    COLUMNS,
+    DASH,
+    GroupStats,
+    PairedComparison,
+    format_number,
+    group_stats,
+    load_runs,
+    markdown_table,
+    pairs_table,
+    success_rows,
+)
+from sparse_react.training.cards import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    DEFAULT_ACTION_MODE,
+    MODEL_CARD,
+    ModelError,
+    training_seconds,
+)
 from sparse_react.trajectory import RecordError
 
 RHYTHM_ORDER: tuple[str, ...] = ("sparse", "dense", "im", "act")

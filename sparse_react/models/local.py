@@ -30,14 +30,13 @@ from typing import Callable, Hashable, Sequence
 
 import torch
 
-from sparse_react.cards import model_card
 from sparse_react.models.attention import use_grouped_sdpa
-from sparse_react.models.backend import (
-    Choice, ChooseRequest, GenerateRequest, Generation, Prompt, Scores, ScoreRequest)
+from sparse_react.models.backend import Choice, ChooseRequest, GenerateRequest, Generation, Prompt, ScoreRequest, Scores
 from sparse_react.models.batch import Batch, Runner, Stream
 from sparse_react.models.loading import LoadedModel, weights_sha256
 from sparse_react.models.trie import TrieSearch, trie_nodes
 from sparse_react.models.writing import Writer
+from sparse_react.training.cards import model_card
 from sparse_react.transcript import PROMPT, render_head
 
 KeptLine = tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]  # a line's tokens fed, and their keys and values

@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
-from sparse_react.cards import DEFAULT_ACTION_MODE, ModelError
 from sparse_react.lines import MAX_THOUGHT_TOKENS
 from sparse_react.models.loading import LoadedModel, load_model
 from sparse_react.models.local import LocalBackend
 from sparse_react.policies.react import ACTION_MODES, ReActPolicy, check_choices
+from sparse_react.training.cards import DEFAULT_ACTION_MODE, ModelError
 
 __all__ = ["ACTION_MODES", "HFPolicy"]
 
