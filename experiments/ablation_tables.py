@@ -203,10 +203,8 @@ def ship_adapter(model_dir: Path, commands: Sequence[str], eval_runs: Sequence[P
 def adapter_weights_sha256(folder: Path) -> str:
     """The sha256 of an adapter's weights as the package computes it, the hash its episode records carry
     and the final ablation's records are keyed by (`experiments/results/<first 12 hex digits>/`)."""
-    try:
-        from sparse_react.models.loading import weights_sha256
-    except ImportError:  # where the model code lived before sparse_react.models
-        from sparse_react.policies.hf import weights_sha256
+    from sparse_react.models.loading import weights_sha256
+
     return weights_sha256(folder)
 
 
