@@ -27,7 +27,7 @@ from sparse_react.policies.hf import HFPolicy  # noqa: E402
 from tiny_architectures import WINDOW, tiny_architecture  # noqa: E402
 
 MATRIX = ["llama", "gemma3", "qwen2-window", "phi3", "mistral"]  # Qwen3 runs in the template test
-RULES = LoopRules(max_steps=5, loop_repeats=0)
+RULES = LoopRules(max_steps=4, loop_repeats=0)
 
 
 class Spy:
@@ -98,7 +98,7 @@ def test_scored_decisions_equal_a_full_recompute(tmp_path, bundled_unseen, name)
     assert {kind for episode in lines for kind, _ in episode} == {Kind.ACTION, Kind.THOUGHT}
 
     reference = _reference(tmp_path)
-    assert len(spy.scored) >= 6
+    assert len(spy.scored) >= 5
     for request, result in spy.scored:
         assert result.values == pytest.approx(_full_recompute(reference, spy, request), abs=2e-4)
     if SLIDING in plan.kinds:  # the window matters here: without it the scores differ

@@ -50,15 +50,15 @@ class LayerPlan:
 
 def layer_plan(model: Any) -> LayerPlan:
     """The layers of `model` (a causal LM, or a peft model around one) as the engine sees them."""
-    from transformers.cache_utils import get_layer_types_and_kwargs
-
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = base.config.get_text_config(decoder=True)
     try:
-        kinds, settings = get_layer_types_and_kwargs(config)
+        kinds, settings = _layer_kinds(config)
     except (AttributeError, TypeError, ValueError) as exc:  # a config without the usual per-layer fields
         return LayerPlan((), None, f"its layer kinds cannot be read from its config ({type(exc).__name__})")
     kinds = tuple(kinds)
+    if not kinds:
+        return LayerPlan(kinds, None, "its config names no layers")
     windows = {s["sliding_window"] for k, s in zip(kinds, settings) if k == SLIDING}
     window = min(windows) if windows else None
     other = sorted(set(kinds) - {FULL, SLIDING})
@@ -71,6 +71,17 @@ def layer_plan(model: Any) -> LayerPlan:
     if len(set(kinds)) > 1 and not _takes_mask_per_kind(base):
         return LayerPlan(kinds, window, "it mixes layer kinds but takes one attention mask for all of them")
     return LayerPlan(kinds, window)
+
+
+def _layer_kinds(config: Any) -> tuple[list[str], list[dict]]:
+    """Each layer's kind and cache settings, as transformers' DynamicCache reads them from a config."""
+    try:
+        from transformers.cache_utils import get_layer_types_and_kwargs
+    except ImportError:  # transformers before 5.x's per-layer configs: the fields it read then
+        window = getattr(config, "sliding_window", None)
+        kinds = list(getattr(config, "layer_types", None) or [SLIDING if window else FULL] * config.num_hidden_layers)
+        return kinds, [{"sliding_window": window} for _ in kinds]
+    return get_layer_types_and_kwargs(config)
 
 
 def _takes_mask_per_kind(model: Any) -> bool:
