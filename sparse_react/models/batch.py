@@ -11,12 +11,14 @@ import torch
 
 from sparse_react.models.attention import ragged_rows
 from sparse_react.models.kv_cache import cache_argument, logits_argument, new_cache
+from sparse_react.models.layers import layer_plan
 
 
 @dataclass
 class Runner:
     """The model a batch runs and how: on `device`, each row attending alone when `ragged`
-    (`sparse_react.models.attention.ragged_rows`), its passes and tokens counted in `stats`."""
+    (`sparse_react.models.attention.ragged_rows`), its passes and tokens counted in `stats`, its
+    layers' attention masked as `plan` says (`sparse_react.models.layers`)."""
 
     model: Any
     device: torch.device
@@ -26,6 +28,7 @@ class Runner:
     def __post_init__(self) -> None:
         self.cache_argument = cache_argument(self.model)
         self.logits_argument = logits_argument(self.model)
+        self.plan = layer_plan(self.model)
 
     def new_cache(self) -> Any:
         """An empty cache for this model."""
@@ -60,12 +63,15 @@ class Batch:
         if len(streams) == 1:
             self.cache = streams[0].cache
             self.valid = torch.ones(1, lengths[0], dtype=torch.bool)
+            self.where = torch.arange(lengths[0])[None]
         else:
             longest = max(lengths)
             self.cache = runner.new_cache()
             self.valid = torch.zeros(len(streams), longest, dtype=torch.bool)
+            self.where = torch.zeros(len(streams), longest, dtype=torch.long)  # each column's position
             for row, n in enumerate(lengths):
                 self.valid[row, longest - n:] = True
+                self.where[row, longest - n:] = torch.arange(n)
             for layer, target in enumerate(self.cache.layers):
                 keys, values = (self._stack([getattr(s.cache.layers[layer], part) for s in streams], longest)
                                 for part in ("keys", "values"))
@@ -86,6 +92,7 @@ class Batch:
 
     def rewind(self, mark: tuple[int, torch.Tensor, list[int]]) -> None:
         length, self.valid, self.pos = mark[0], mark[1], list(mark[2])
+        self.where = self.where[:, :length]
         if self.cache.get_seq_length() > length:
             self.cache.crop(length - self.cache.get_seq_length())
 
@@ -135,16 +142,15 @@ class Batch:
                 for i, visible in enumerate(columns):
                     cached[row, i, visible] = True
         seen = torch.cat([cached, allow], dim=2)
-        dtype = runner.model.dtype
-        mask = torch.zeros(batch, 1, width, length + width, dtype=dtype)
-        mask.masked_fill_(~seen[:, None], torch.finfo(dtype).min)
+        where = torch.cat([self.where, positions], dim=1)
+        mask = runner.plan.masks(seen, positions, where, runner.model.dtype, runner.device)
         runner.stats["forward_calls"] += 1
         keep = {runner.logits_argument: 1} if last_only and runner.logits_argument else {}
         with self._ragged(rows, width, last_only, seen):
             out = runner.model(input_ids=ids.to(runner.device), position_ids=positions.to(runner.device),
-                               attention_mask=mask.to(runner.device), use_cache=True,
+                               attention_mask=mask, use_cache=True,
                                **{runner.cache_argument: self.cache}, **keep)
-        self.valid = torch.cat([self.valid, real], dim=1)
+        self.valid, self.where = torch.cat([self.valid, real], dim=1), where
         if parents is None and depths is None:
             for row, tokens in rows.items():
                 self.pos[row] += len(tokens)
