@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from sparse_react.agent import LoopRules, run_episode  # noqa: E402
-from sparse_react.env import HouseholdEnv  # noqa: E402
+from sparse_react.household.env import HouseholdEnv  # noqa: E402
 from sparse_react.evaluation import evaluate  # noqa: E402
 from sparse_react.lines import Kind  # noqa: E402
 from sparse_react.models.layers import SLIDING, layer_plan  # noqa: E402
