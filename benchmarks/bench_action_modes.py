@@ -36,7 +36,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from sparse_react.evaluation import evaluate
-    from sparse_react.games.catalog import find_games
+    from sparse_react.household.catalog import find_games
     from sparse_react.models.loading import load_model
     from sparse_react.policies.hf import HFPolicy
     from sparse_react.policies.shipped import shipped_adapter

@@ -25,7 +25,7 @@ def replay(policy, episodes) -> tuple[int, float]:
     """Turns scored and seconds spent on them, over every episode's action turns. The context is
     in the act rhythm, so every turn scores the admissible commands and none generates a thought."""
     from sparse_react.agent import Context
-    from sparse_react.env import HouseholdEnv, ThinkWrapper
+    from sparse_react.household.env import HouseholdEnv, ThinkWrapper
     from sparse_react.lines import Kind, thought_line
     from sparse_react.rhythms import get_rhythm
 
@@ -61,9 +61,9 @@ def main() -> None:
     import torch
 
     from sparse_react.evaluation import evaluate
-    from sparse_react.games.catalog import find_games
-    from sparse_react.policies.expert import SearchingExpertPolicy
+    from sparse_react.household.catalog import find_games
     from sparse_react.models.loading import load_model
+    from sparse_react.policies.expert import SearchingExpertPolicy
     from sparse_react.policies.hf import HFPolicy
     from sparse_react.policies.shipped import shipped_adapter
 

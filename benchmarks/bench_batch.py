@@ -44,7 +44,7 @@ def main() -> None:
 
     import torch
 
-    from sparse_react.games.catalog import find_games
+    from sparse_react.household.catalog import find_games
     from sparse_react.models.loading import load_model
 
     games = find_games("valid_unseen")[: args.limit]

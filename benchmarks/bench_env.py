@@ -24,7 +24,7 @@ from pathlib import Path
 
 
 def pick_games(source: str, count: int) -> list[str]:
-    from sparse_react.games.catalog import find_games
+    from sparse_react.household.catalog import find_games
 
     refs = find_games(source)
     stride = max(1, len(refs) // (count + 1))
@@ -36,8 +36,8 @@ def commands(seed: int, admissible: list[str]) -> str:
 
 
 def run_ours(files: list[str], steps: int, out: mp.Queue) -> None:
-    from sparse_react.env import HouseholdEnv
-    from sparse_react.games.catalog import game_ref
+    from sparse_react.household.catalog import game_ref
+    from sparse_react.household.env import HouseholdEnv
 
     refs = [game_ref(Path(f)) for f in files]
     env = HouseholdEnv(refs)

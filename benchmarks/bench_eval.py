@@ -12,7 +12,7 @@ import argparse
 import time
 
 from sparse_react.evaluation import evaluate
-from sparse_react.games.catalog import find_games
+from sparse_react.household.catalog import find_games
 from sparse_react.policies.expert import ExpertPolicy
 from sparse_react.policies.random_admissible import RandomPolicy
 

@@ -18,8 +18,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 def main() -> None:
     import torch
 
-    from sparse_react.finetune import _Collator, agent_line_loss, read_examples, tokenize_example
     from sparse_react.models.loading import cpu_has_native_bf16, load_model, plain_model
+    from sparse_react.training.finetune import _Collator, agent_line_loss, read_examples, tokenize_example
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", type=Path, help="an export (sparse-react export)")

@@ -39,9 +39,15 @@ def child(data: Path, steps: int, batch: int, lora: bool, single: bool, fixed: b
 
     import torch
 
-    from sparse_react.finetune import _Collator, agent_line_loss, peak_rss_mb, return_large_blocks_to_the_os
-    from sparse_react.finetune import read_examples, tokenize_example
     from sparse_react.models.loading import cpu_has_native_bf16, load_model, plain_model
+    from sparse_react.training.finetune import (
+        _Collator,
+        agent_line_loss,
+        peak_rss_mb,
+        read_examples,
+        return_large_blocks_to_the_os,
+        tokenize_example,
+    )
 
     if fixed:
         return_large_blocks_to_the_os()

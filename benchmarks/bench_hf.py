@@ -51,8 +51,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from sparse_react.env import HouseholdEnv
-    from sparse_react.games.catalog import find_games
+    from sparse_react.household.catalog import find_games
+    from sparse_react.household.env import HouseholdEnv
     from sparse_react.models.loading import load_model
 
     games = find_games("valid_unseen")

@@ -39,8 +39,12 @@ def child(limit: int, dtype: str, batch: int, threads: int) -> dict:
     from sparse_react.agent import LoopRules
     from sparse_react.api import load_policy_from
     from sparse_react.evaluation import evaluate
-    from sparse_react.games.catalog import find_games
     from sparse_react.options import ModelOptions
+
+    try:
+        from sparse_react.household.catalog import find_games
+    except ImportError:  # the layout before sparse_react.household (the `--before` arm)
+        from sparse_react.games.catalog import find_games
 
     policy = load_policy_from(ModelOptions(device="cpu", dtype=dtype), ["sparse"])
     model = policy.policy("sparse").backend.model

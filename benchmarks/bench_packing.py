@@ -1,4 +1,4 @@
-"""Training on relabelled states one at a time against packed (`sparse_react.packing`): the same
+"""Training on relabelled states one at a time against packed (`sparse_react.training.packing`): the same
 states of the same episodes, one forward and backward pass each over the embedded SmolLM2-135M with
 a LoRA adapter (as `sparse-react finetune --lora`), in bfloat16 where the CPU has it. Each arm runs
 in its own process for its peak memory; both print the summed loss, which must agree.
@@ -23,9 +23,9 @@ def child(data: Path, episodes: int, packed: bool, max_length: int) -> dict:
     import peft
     import torch
 
-    from sparse_react.finetune import _Collator, agent_line_loss, peak_rss_mb, read_examples, tokenize_example
-    from sparse_react.packing import pack_rows
     from sparse_react.models.loading import cpu_has_native_bf16, load_model, plain_model
+    from sparse_react.training.finetune import _Collator, agent_line_loss, peak_rss_mb, read_examples, tokenize_example
+    from sparse_react.training.packing import pack_rows
 
     torch.manual_seed(0)
     loaded = load_model(None, "cpu", dtype=torch.float32)

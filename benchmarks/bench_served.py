@@ -78,7 +78,7 @@ def main() -> None:
 
     from sparse_react.agent import LoopRules
     from sparse_react.evaluation import evaluate
-    from sparse_react.games.catalog import find_games
+    from sparse_react.household.catalog import find_games
     from sparse_react.models.loading import default_model_path
     from sparse_react.policies.hf import HFPolicy
     from sparse_react.policies.served import ServedPolicy

@@ -27,10 +27,10 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from sparse_react import engine_cache
 from sparse_react.agent import LoopRules
 from sparse_react.evaluation import _play_in_processes
-from sparse_react.games.catalog import find_games
+from sparse_react.household import engine_cache
+from sparse_react.household.catalog import find_games
 from sparse_react.policies import make_policy
 
 BUNDLED = "train,valid_seen,valid_unseen"

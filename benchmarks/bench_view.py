@@ -41,7 +41,7 @@ def real_lines(games: int) -> list[dict]:
     """Records the package writes: the expert on `games` bundled games in three rhythms, then the
     committed model records."""
     from sparse_react.evaluation import RunSettings, evaluate
-    from sparse_react.games.catalog import find_games
+    from sparse_react.household.catalog import find_games
     from sparse_react.policies.expert import ExpertPolicy
 
     with tempfile.TemporaryDirectory() as folder:
@@ -59,7 +59,7 @@ def build_run(folder: Path, episodes: int, games: int) -> tuple[Path, int]:
     """A run folder of `episodes` copies of real records; each copy round is a new set of games (its
     game names carry the round), and about a third of the copies lose, by budget, loop or cycle.
     Returns the folder and the record's size in bytes."""
-    from sparse_react.tasks import game_name
+    from sparse_react.household.tasks import game_name
 
     base = real_lines(games)
     folder.mkdir(parents=True, exist_ok=True)

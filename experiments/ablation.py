@@ -25,16 +25,20 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparse_react.api import Results, evaluate_with, report_runs
-from sparse_react.cards import MODEL_CARD
-from sparse_react.export import ExportSummary, export
-from sparse_react.finetune import finetune
-from sparse_react.options import ModelOptions, TrainOptions
-from sparse_react.stages import Pipeline, Stage
-from sparse_react.tasks import TaskType
-
 from ablation_tables import (  # experiments/, the script's folder
-    eval_runs, ship_adapter, shipped_line, write_ablation_report)
+    eval_runs,
+    ship_adapter,
+    shipped_line,
+    write_ablation_report,
+)
+
+from sparse_react.api import Results, evaluate_with, report_runs
+from sparse_react.household.tasks import TaskType
+from sparse_react.options import ModelOptions, TrainOptions
+from sparse_react.training.cards import MODEL_CARD
+from sparse_react.training.export import ExportSummary, export
+from sparse_react.training.finetune import finetune
+from sparse_react.training.stages import Pipeline, Stage
 
 SEARCHER = ModelOptions(policy="search-expert")
 

@@ -22,13 +22,28 @@ from pathlib import Path
 from typing import Sequence
 
 from sparse_react.bundled import ADAPTERS_DIR
-from sparse_react.cards import (ADAPTER_CONFIG, ADAPTER_WEIGHTS, DEFAULT_ACTION_MODE, MODEL_CARD, ModelError,
-                                training_seconds)
 from sparse_react.evaluation import SETTINGS_FILE
 from sparse_react.policies.expert import RelabellingExpertPolicy
 from sparse_react.report import (
-    COLUMNS, DASH, GroupStats, PairedComparison, format_number, group_stats, load_runs, markdown_table, pairs_table,
-    success_rows)
+    COLUMNS,
+    DASH,
+    GroupStats,
+    PairedComparison,
+    format_number,
+    group_stats,
+    load_runs,
+    markdown_table,
+    pairs_table,
+    success_rows,
+)
+from sparse_react.training.cards import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    DEFAULT_ACTION_MODE,
+    MODEL_CARD,
+    ModelError,
+    training_seconds,
+)
 from sparse_react.trajectory import RecordError
 
 RHYTHM_ORDER: tuple[str, ...] = ("sparse", "dense", "im", "act")
@@ -188,10 +203,8 @@ def ship_adapter(model_dir: Path, commands: Sequence[str], eval_runs: Sequence[P
 def adapter_weights_sha256(folder: Path) -> str:
     """The sha256 of an adapter's weights as the package computes it, the hash its episode records carry
     and the final ablation's records are keyed by (`experiments/results/<first 12 hex digits>/`)."""
-    try:
-        from sparse_react.models.loading import weights_sha256
-    except ImportError:  # where the model code lived before sparse_react.models
-        from sparse_react.policies.hf import weights_sha256
+    from sparse_react.models.loading import weights_sha256
+
     return weights_sha256(folder)
 
 

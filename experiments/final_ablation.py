@@ -28,18 +28,18 @@ from itertools import combinations
 from pathlib import Path
 from typing import Sequence
 
+from ablation_tables import adapter_weights_sha256  # experiments/, the script's folder
+
 from sparse_react.api import Results, evaluate_with
 from sparse_react.bundled import ADAPTERS_DIR
-from sparse_react.cards import ADAPTER_CONFIG
 from sparse_react.claims import contradicted_claims
 from sparse_react.errors import UserError
+from sparse_react.household.tasks import TaskType
 from sparse_react.options import ModelOptions
 from sparse_react.report import COLUMNS, PairedComparison, markdown_table, pairs_table
-from sparse_react.stages import Pipeline, Stage
-from sparse_react.tasks import TaskType
+from sparse_react.training.cards import ADAPTER_CONFIG
+from sparse_react.training.stages import Pipeline, Stage
 from sparse_react.trajectory import EPISODES_FILE, Episode, failure_class, read_episodes
-
-from ablation_tables import adapter_weights_sha256  # experiments/, the script's folder
 
 RHYTHMS = ("sparse", "dense", "im", "act")
 RULES = {"steps": {}, "actions": {"thoughts_free": True}}  # rule name: the eval options that make it

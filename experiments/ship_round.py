@@ -20,11 +20,11 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from sparse_react.bundled import ADAPTERS_DIR
-from sparse_react.cards import ADAPTER_WEIGHTS, MODEL_CARD
-from sparse_react.rounds import eval_run, read_settings, rounds_command, seed_rounds
-
 from ablation_tables import ship_adapter, shipped_line  # experiments/, the script's folder
+
+from sparse_react.bundled import ADAPTERS_DIR
+from sparse_react.training.cards import ADAPTER_WEIGHTS, MODEL_CARD
+from sparse_react.training.rounds import eval_run, read_settings, rounds_command, seed_rounds
 
 
 def seed_commands(round0: Path, rhythm: str) -> list[str]:

@@ -15,12 +15,20 @@ __version__ = metadata.version("sparse_react")
 
 from sparse_react.agent import Context, Decision, LoopRules, Policy, run_episode
 from sparse_react.api import Results, evaluate, evaluate_with, find_games, load_policy, load_policy_from, make_env
-from sparse_react.env import ENV_ID, REACT_ENV_ID, Budget, HouseholdEnv, StepBudget, ThinkWrapper, register_envs
 from sparse_react.errors import UserError
-from sparse_react.games.catalog import GameRef
+from sparse_react.household.catalog import GameRef
+from sparse_react.household.env import (
+    ENV_ID,
+    REACT_ENV_ID,
+    Budget,
+    HouseholdEnv,
+    StepBudget,
+    ThinkWrapper,
+    register_envs,
+)
+from sparse_react.household.tasks import TaskType
 from sparse_react.options import ModelOptions
 from sparse_react.rhythms import RHYTHMS
-from sparse_react.tasks import TaskType
 from sparse_react.trajectory import Episode, Failure, read_episodes, read_records
 
 register_envs()

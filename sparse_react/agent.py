@@ -12,13 +12,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Generator, Protocol, Sequence
 
-from sparse_react.env import Budget, HouseholdEnv, StepBudget, ThinkWrapper, find_wrapper
 from sparse_react.errors import UserError
-from sparse_react.games.catalog import GameRef
+from sparse_react.household.catalog import GameRef
+from sparse_react.household.env import Budget, HouseholdEnv, StepBudget, ThinkWrapper, find_wrapper
+from sparse_react.household.tasks import TaskType
 from sparse_react.lines import Kind, kind_of, thought_text
 from sparse_react.prompts import check_variant, variant_examples
 from sparse_react.rhythms import DEFAULT_RHYTHM, Rhythm, get_rhythm
-from sparse_react.tasks import TaskType
 from sparse_react.trajectory import Entry, Episode, Failure, classify_failure
 from sparse_react.transcript import render
 
@@ -149,7 +149,7 @@ def decide_all(policy: Policy, requests: Sequence[Request]) -> list[Decision | E
 @dataclass(frozen=True)
 class LoopRules:
     """How an episode may end besides a win: its step budget (counted by `StepBudget` alone: see
-    `sparse_react.env.Budget` for `thoughts_count`) and `loop_repeats`, the identical action-and-
+    `sparse_react.household.env.Budget` for `thoughts_count`) and `loop_repeats`, the identical action-and-
     answer pairs in a row that end it as a loop (0: no loop check)."""
 
     max_steps: int = 50

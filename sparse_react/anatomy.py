@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from sparse_react.claims import contradicted, found_claims
-from sparse_react.engine import Engine
-from sparse_react.games.catalog import GameRef, game_ref
+from sparse_react.household.catalog import GameRef, game_ref
+from sparse_react.household.engine import Engine
+from sparse_react.household.tasks import TRANSFORMS, TaskType
 from sparse_react.lines import NOTHING_HAPPENS, Kind
-from sparse_react.tasks import TRANSFORMS, TaskType
 from sparse_react.trajectory import Entry, Episode
 
 

@@ -12,14 +12,14 @@ from typing import Any, Iterable, Sequence
 import gymnasium as gym
 
 from sparse_react.agent import LoopRules, Policy, check_policy, check_rhythm
-from sparse_react.env import DEFAULT_MAX_STEPS, REACT_ENV_ID
 from sparse_react.errors import UserError
-from sparse_react.games.catalog import GameRef, GameSetError, keep_task_types
-from sparse_react.games.catalog import find_games as _find_set
+from sparse_react.household.catalog import GameRef, GameSetError, keep_task_types
+from sparse_react.household.catalog import find_games as _find_set
+from sparse_react.household.env import DEFAULT_MAX_STEPS, REACT_ENV_ID
+from sparse_react.household.tasks import TaskType
 from sparse_react.options import ModelOptions
 from sparse_react.report import PairedComparison, load_runs, markdown_report, own, success_table, write_report
 from sparse_react.rhythms import DEFAULT_RHYTHM, get_rhythm
-from sparse_react.tasks import TaskType
 from sparse_react.trajectory import BadLine, Episode
 
 DEFAULT_MODEL_BATCH = 16  # episodes decided together (benchmarks/bench_batch.py: 8 gave 1.95x one at a time)

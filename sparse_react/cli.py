@@ -13,11 +13,11 @@ import typer
 
 from sparse_react.cli_options import with_options
 from sparse_react.errors import UserError
-from sparse_react.games.catalog import BUNDLED_SPLITS, GameSetError, count_by_task, find_games
+from sparse_react.household.catalog import BUNDLED_SPLITS, GameSetError, count_by_task, find_games
+from sparse_react.household.tasks import TaskType
 from sparse_react.lines import NOTHING_HAPPENS, is_thought
 from sparse_react.options import DEFAULT_LORA_RANK, ModelOptions, RelabelOptions, TrainOptions
-from sparse_react.rounds import RoundsSettings
-from sparse_react.tasks import TaskType
+from sparse_react.training.rounds import RoundsSettings
 from sparse_react.trajectory import RecordError
 
 app = typer.Typer(help="ReAct agents on ALFWorld-style household games.", pretty_exceptions_enable=False,
@@ -47,8 +47,8 @@ def _options(
 @cache_app.command("info")
 def cache_info() -> None:
     """Where the disk cache is, whether it is used, and what it holds."""
-    from sparse_react.disk_cache import DiskCache, disk_cache_enabled, engine_versions
-    from sparse_react.engine import speedups_verified
+    from sparse_react.household.disk_cache import DiskCache, disk_cache_enabled, engine_versions
+    from sparse_react.household.engine import speedups_verified
 
     cache = DiskCache()
     entries = cache.entries()
@@ -60,7 +60,7 @@ def cache_info() -> None:
 @cache_app.command("clear")
 def cache_clear() -> None:
     """Delete every entry of the disk cache."""
-    from sparse_react.disk_cache import DiskCache
+    from sparse_react.household.disk_cache import DiskCache
 
     cache = DiskCache()
     typer.echo(f"removed {cache.clear()} entries from {cache.folder}")
@@ -96,7 +96,7 @@ def games_list(sets: list[str] = typer.Argument(None, help="Game sets (default: 
 def games_show(game: str = typer.Argument(..., help="A game file or a game set."),
                index: int = typer.Option(0, help="Which game of the set (sorted by path).")) -> None:
     """Show one game: its task, first observation, admissible commands and solution."""
-    from sparse_react.env import HouseholdEnv
+    from sparse_react.household.env import HouseholdEnv
 
     refs = _games_with_index(game, index)
     env = HouseholdEnv(refs)
@@ -116,7 +116,7 @@ def games_generate(
     task_types: Optional[str] = typer.Option(None, help="Comma-separated task types (default: all six)."),
 ) -> None:
     """Generate solvable games in ALFWorld's format, each with its solution."""
-    from sparse_react.games.generate import generate_games, write_game
+    from sparse_react.household.generate import generate_games, write_game
 
     if split not in BUNDLED_SPLITS:
         raise GameSetError(f"unknown split {split!r}: one of {', '.join(BUNDLED_SPLITS)}")
@@ -129,7 +129,7 @@ def play(game: str = typer.Argument(..., help="A game file or a game set."),
          index: int = typer.Option(0, help="Which game of the set."),
          max_steps: int = typer.Option(50, help="Step budget.")) -> None:
     """Play a game yourself: type commands, `admissible` to list them, `quit` to stop."""
-    from sparse_react.env import make_react_env
+    from sparse_react.household.env import make_react_env
 
     refs = _games_with_index(game, index)
     env = make_react_env(max_steps, games=refs)
@@ -169,7 +169,7 @@ def run(
     """Play one game with a policy in a rhythm, printing the trajectory as it happens."""
     from sparse_react.agent import LoopRules, run_episode
     from sparse_react.api import load_policy_from
-    from sparse_react.env import HouseholdEnv
+    from sparse_react.household.env import HouseholdEnv
     from sparse_react.rhythms import get_rhythm
     from sparse_react.trajectory import append_episode
 
@@ -332,7 +332,7 @@ def export_(
                                                      "exported (default: valid_unseen, valid_seen, alfworld:valid_*)."),
 ) -> None:
     """Turn won episodes into fine-tuning data; refuses any evaluation game."""
-    from sparse_react.export import DEFAULT_EVAL_SETS, export
+    from sparse_react.training.export import DEFAULT_EVAL_SETS, export
 
     summary = export(runs, out, _sets(exclude, DEFAULT_EVAL_SETS), rhythm)
     typer.echo(summary.describe())
@@ -351,8 +351,8 @@ def relabel(
 ) -> None:
     """Label every state the agents visited with the line the relabelling expert writes there (from
     what the episode showed, never hidden locations), as fine-tuning data."""
-    from sparse_react.export import DEFAULT_EVAL_SETS
-    from sparse_react.relabel import relabel_runs
+    from sparse_react.training.export import DEFAULT_EVAL_SETS
+    from sparse_react.training.relabel import relabel_runs
 
     summary = relabel_runs(runs, out, _sets(exclude, DEFAULT_EVAL_SETS), options)
     typer.echo(summary.describe())
@@ -375,7 +375,7 @@ def finetune(
 ) -> None:
     """Fine-tune a local causal LM on exported episodes; writes a model folder (or, with --lora, an
     adapter folder) that `--model` loads."""
-    from sparse_react.finetune import finetune as train
+    from sparse_react.training.finetune import finetune as train
 
     if lora and not options.lora_rank:
         options = replace(options, lora_rank=DEFAULT_LORA_RANK)
@@ -397,7 +397,7 @@ def rounds(
     settings: RoundsSettings = RoundsSettings(),
 ) -> None:
     """Learn from the model's own play: play, relabel (or keep the wins), retrain, evaluate, round after round."""
-    from sparse_react.rounds import run_rounds
+    from sparse_react.training.rounds import run_rounds
 
     path = run_rounds(settings, out)
     typer.echo(path.read_text())

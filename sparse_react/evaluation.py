@@ -21,11 +21,20 @@ from typing import Any, Iterable, Iterator, Sequence
 from tqdm import tqdm
 
 from sparse_react.agent import (
-    LoopRules, Policy, Request, check_policy, check_rhythm, decide_all, episode_turns, new_episode, run_episode,
-    versions)
-from sparse_react.env import HouseholdEnv
+    LoopRules,
+    Policy,
+    Request,
+    check_policy,
+    check_rhythm,
+    decide_all,
+    episode_turns,
+    new_episode,
+    run_episode,
+    versions,
+)
 from sparse_react.errors import UserError
-from sparse_react.games.catalog import GameRef
+from sparse_react.household.catalog import GameRef
+from sparse_react.household.env import HouseholdEnv
 from sparse_react.prompts import check_variant
 from sparse_react.rhythms import DEFAULT_RHYTHM
 from sparse_react.trajectory import EPISODES_FILE, Episode, Failure, append_episode, read_episodes, record_lock

@@ -184,7 +184,7 @@ class ModelOptions:
 
 @dataclass(frozen=True)
 class RelabelOptions:
-    """Which states `relabel` turns into training data, and with which thoughts (see `sparse_react.relabel`)."""
+    """Which states `relabel` turns into training data, and with which thoughts (see `sparse_react.training.relabel`)."""
 
     PANEL: ClassVar[str] = "Relabelling"
 

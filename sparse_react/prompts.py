@@ -19,10 +19,10 @@ from typing_extensions import NotRequired, TypedDict  # pydantic reads typing.Ty
 
 from sparse_react.bundled import bundled_dir
 from sparse_react.errors import UserError
+from sparse_react.household.tasks import TaskType
 from sparse_react.lines import THINK, THOUGHT_REPLY
 from sparse_react.rhythms import Rhythm
 from sparse_react.schema import first_error
-from sparse_react.tasks import TaskType
 
 VARIANTS: tuple[tuple[int, int], ...] = tuple(itertools.permutations(range(3), 2))
 

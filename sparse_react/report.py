@@ -14,7 +14,7 @@ from statistics import mean
 from typing import Sequence
 
 from sparse_react.claims import contradicted_claims
-from sparse_react.tasks import TaskType
+from sparse_react.household.tasks import TaskType
 from sparse_react.trajectory import EPISODES_FILE, BadLine, Episode, Failure, RecordError, failure_class, read_records
 
 COLUMNS: tuple[str, ...] = (*(t.column for t in TaskType), "All")

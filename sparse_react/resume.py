@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Sequence
 
 from sparse_react.agent import Context, Decision, LoopRules, Policy, Request, run_episode
-from sparse_react.env import HouseholdEnv
-from sparse_react.games.catalog import game_ref
+from sparse_react.household.catalog import game_ref
+from sparse_react.household.env import HouseholdEnv
 from sparse_react.lines import THOUGHT_REPLY, Kind, is_thought, thought_line, thought_text
 from sparse_react.rhythms import get_rhythm
 from sparse_react.trajectory import Entry, Episode, RecordError, read_records

@@ -10,14 +10,21 @@ from itertools import combinations
 from pathlib import Path
 from typing import Sequence
 
-from sparse_react.anatomy import SUMMARY_HEADER, EpisodeAnatomy, ThoughtKind, Trigger, episode_anatomy, summarize_anatomy
+from sparse_react.anatomy import (
+    SUMMARY_HEADER,
+    EpisodeAnatomy,
+    ThoughtKind,
+    Trigger,
+    episode_anatomy,
+    summarize_anatomy,
+)
 from sparse_react.errors import UserError
-from sparse_react.games.catalog import GameRef, GameSetError, alfworld_data_dir, game_ref
+from sparse_react.household.catalog import GameRef, GameSetError, alfworld_data_dir, game_ref
+from sparse_react.household.tasks import TaskType
 from sparse_react.lines import THOUGHT_REPLY, Kind, is_thought, thought_text
 from sparse_react.prompts import load_examples
 from sparse_react.report import PairedComparison, Run, markdown_table, own
 from sparse_react.rhythms import get_rhythm
-from sparse_react.tasks import TaskType
 from sparse_react.trajectory import Entry, Episode
 
 REFERENCE = "few-shot examples (sparse)"

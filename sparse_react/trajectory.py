@@ -15,15 +15,14 @@ from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Iterator, TextIO
 
-from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only from Python 3.12
-
 from pydantic import BeforeValidator, ConfigDict, TypeAdapter, ValidationError, with_config
 from pydantic_core import PydanticCustomError
+from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only from Python 3.12
 
 from sparse_react.errors import UserError
+from sparse_react.household.tasks import game_name
 from sparse_react.lines import NOTHING_HAPPENS, Kind
 from sparse_react.schema import first_error
-from sparse_react.tasks import game_name
 
 EPISODE_FORMAT = "sparse_react.episode/1"
 EPISODES_FILE = "episodes.jsonl"  # a run folder's record: one JSON line per finished episode

@@ -1,5 +1,5 @@
 """How an episode reads to a model: the one rendering that the model policy plays with
-(`policies/react.py`) and fine-tuning trains on (`finetune.py`), so the two cannot drift apart.
+(`policies/react.py`) and fine-tuning trains on (`training/finetune.py`), so the two cannot drift apart.
 
 The text is the episode's fixed head (its prefix, under the tokenizer's chat template when it has
 one), then one `> line` and the game's answer per turn, then the `>` that asks for the next line.

@@ -36,14 +36,14 @@ def alfworld_json() -> Path:
 
 @pytest.fixture(scope="session")
 def valid_seen_games(alfworld_json):
-    from sparse_react.games.catalog import find_games
+    from sparse_react.household.catalog import find_games
 
     return find_games("alfworld:valid_seen")
 
 
 @pytest.fixture(scope="session")
 def bundled_unseen():
-    from sparse_react.games.catalog import find_games
+    from sparse_react.household.catalog import find_games
 
     return find_games("valid_unseen")
 

@@ -16,16 +16,18 @@ EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"  # experiment 
 sys.path.insert(0, str(EXPERIMENTS))
 
 from ablation_tables import PairedComparison, _facts, load_ablation, paired, write_ablation_report  # noqa: E402
+from test_notebook import NOTEBOOKS, execute, nbformat, texts  # noqa: E402
+
 from sparse_react.evaluation import RunSettings, evaluate  # noqa: E402
-from sparse_react.export import export  # noqa: E402
-from sparse_react.finetune import finetune  # noqa: E402
-from sparse_react.games.catalog import find_games  # noqa: E402
+from sparse_react.household.catalog import find_games  # noqa: E402
+from sparse_react.household.tasks import TaskType  # noqa: E402
 from sparse_react.options import TrainOptions  # noqa: E402
 from sparse_react.policies.expert import ExpertPolicy  # noqa: E402
 from sparse_react.policies.random_admissible import RandomPolicy  # noqa: E402
-from sparse_react.tasks import TaskType  # noqa: E402
+from sparse_react.training.export import export  # noqa: E402
+from sparse_react.training.finetune import finetune  # noqa: E402
 from sparse_react.trajectory import RecordError  # noqa: E402
-from test_notebook import NOTEBOOKS, execute, nbformat, texts  # noqa: E402
+
 from tiny import tiny_model  # noqa: E402
 
 NOTEBOOK = NOTEBOOKS / "ablation.ipynb"

@@ -18,20 +18,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 
 from sparse_react.agent import LoopRules, run_episode  # noqa: E402
-from sparse_react.env import HouseholdEnv  # noqa: E402
 from sparse_react.evaluation import evaluate  # noqa: E402
-from sparse_react.export import export  # noqa: E402
-from sparse_react.finetune import finetune  # noqa: E402
+from sparse_react.household.catalog import find_games  # noqa: E402
+from sparse_react.household.env import HouseholdEnv  # noqa: E402
+from sparse_react.household.tasks import TaskType  # noqa: E402
+from sparse_react.models.loading import load_model, weights_sha256  # noqa: E402
 from sparse_react.options import TrainOptions  # noqa: E402
-from sparse_react.games.catalog import find_games  # noqa: E402
 from sparse_react.lines import Kind  # noqa: E402
 from sparse_react.policies import make_policy  # noqa: E402
 from sparse_react.policies.expert import ExpertPolicy  # noqa: E402
-from sparse_react.cards import ADAPTER_WEIGHTS, MODEL_CARD  # noqa: E402
-from sparse_react.models.loading import load_model, weights_sha256  # noqa: E402
 from sparse_react.policies.hf import HFPolicy  # noqa: E402
 from sparse_react.policies.shipped import ShippedPolicy, shipped_adapter, shipped_rhythms  # noqa: E402
-from sparse_react.tasks import TaskType  # noqa: E402
+from sparse_react.training.cards import ADAPTER_WEIGHTS, MODEL_CARD  # noqa: E402
+from sparse_react.training.export import export  # noqa: E402
+from sparse_react.training.finetune import finetune  # noqa: E402
+
 from tiny import tiny_model  # noqa: E402
 
 SHIPPED = shipped_rhythms()

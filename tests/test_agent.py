@@ -9,17 +9,17 @@ import sys
 import pytest
 
 from sparse_react.agent import Context, LoopRules, run_episode
-from sparse_react.env import HouseholdEnv
 from sparse_react.evaluation import evaluate
-from sparse_react.report import success_table
-from sparse_react.games.files import load_game_data
+from sparse_react.household.env import HouseholdEnv
+from sparse_react.household.game_files import load_game_data
+from sparse_react.household.tasks import TaskType
+from sparse_react.lines import Kind
 from sparse_react.policies.expert import ExpertPolicy
 from sparse_react.policies.random_admissible import RandomPolicy
 from sparse_react.policies.scripted import ScriptedPolicy
+from sparse_react.report import success_table
 from sparse_react.resume import resume
 from sparse_react.rhythms import RHYTHMS
-from sparse_react.tasks import TaskType
-from sparse_react.lines import Kind
 from sparse_react.trajectory import Failure, RecordError, append_episode, read_episodes
 
 

@@ -11,10 +11,10 @@ import pytest
 from sparse_react.agent import run_episode
 from sparse_react.anatomy import ThoughtKind as K
 from sparse_react.anatomy import Trigger, episode_anatomy, summarize_anatomy
-from sparse_react.env import HouseholdEnv
+from sparse_react.household.env import HouseholdEnv
+from sparse_react.lines import Kind
 from sparse_react.policies.expert import ExpertPolicy, SearchingExpertPolicy
 from sparse_react.trajectory import Entry
-from sparse_react.lines import Kind
 
 SUBGOAL_OPENINGS = ("Now I have the", "I have the", "One ", "Now I find", "The ")
 REASONS = ("I'll ", "There is the", "I'm at the")

@@ -8,8 +8,8 @@ import pytest
 
 import sparse_react as sr
 from sparse_react.agent import LoopRules, run_episode
-from sparse_react.env import HouseholdEnv
 from sparse_react.errors import UserError
+from sparse_react.household.env import HouseholdEnv
 from sparse_react.policies.scripted import ScriptedPolicy
 from sparse_react.trajectory import Failure
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from sparse_react.engine import Engine
-from sparse_react.games.catalog import GameSetError, count_by_task, find_games, game_ref
-from sparse_react.games.files import GameFileError, load_game_data
-from sparse_react.tasks import TaskType, UnknownTaskError, parse_task_folder
+from sparse_react.household.catalog import GameSetError, count_by_task, find_games, game_ref
+from sparse_react.household.engine import Engine
+from sparse_react.household.game_files import GameFileError, load_game_data
+from sparse_react.household.tasks import TaskType, UnknownTaskError, parse_task_folder
 
 
 def test_task_folder_names_parse():
@@ -89,7 +89,7 @@ def test_malformed_problem_fails_to_load_with_its_name(tmp_path, valid_seen_game
 
 
 def test_bundled_unseen_split_holds_out_rooms_and_combinations(bundled_unseen):
-    from sparse_react.games.generate import is_unseen_combo, is_unseen_scene
+    from sparse_react.household.generate import is_unseen_combo, is_unseen_scene
 
     assert min(count_by_task(bundled_unseen).values()) >= 20
     assert all(is_unseen_scene(g.spec.scene) and is_unseen_combo(g.spec) for g in bundled_unseen)
@@ -102,8 +102,8 @@ def test_bundled_unseen_split_holds_out_rooms_and_combinations(bundled_unseen):
 
 
 def test_bundled_games_are_what_the_documented_commands_make(tmp_path):
-    from sparse_react.games.catalog import bundled_games_dir
-    from sparse_react.games.generate import generate_games, write_game
+    from sparse_react.household.catalog import bundled_games_dir
+    from sparse_react.household.generate import generate_games, write_game
 
     for game in generate_games(3, 3, split="valid_unseen"):  # games/README.md: --seed 3 for valid_unseen
         made = write_game(game, tmp_path)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from sparse_react.games.files import load_game_data
+from sparse_react.household.game_files import load_game_data
 from sparse_react.trajectory import read_episodes
 
 

@@ -8,20 +8,20 @@ import warnings
 
 import pytest
 
-from sparse_react import disk_cache, engine
-from sparse_react.disk_cache import DiskCache
-from sparse_react.engine import Engine
+from sparse_react.household import disk_cache, engine
+from sparse_react.household.disk_cache import DiskCache
+from sparse_react.household.engine import Engine
 
 ROLLOUT = """
 import json, random, sys
-from sparse_react.engine import Engine
-from sparse_react.engine_cache import EngineCaches
+from sparse_react.household.engine import Engine
+from sparse_react.household.engine_cache import EngineCaches
 e = Engine()
 e.load(sys.argv[1])
 s = e.reset(); rng = random.Random(0); trace = [[s.observation, list(s.admissible), s.won]]
 for _ in range(15):
     s = e.step(rng.choice(s.admissible)); trace.append([s.observation, list(s.admissible), s.won])
-from sparse_react import engine
+from sparse_react.household import engine
 disk = engine._caches().translations.disk
 print(json.dumps({"trace": trace, "disk": None if disk is None else [disk.hits, disk.misses, disk.rebuilt]}))
 """

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import sparse_react
-import sparse_react.env
+import sparse_react.household.env
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -26,7 +26,7 @@ def python_blocks(page: Path) -> list[str]:
     return BLOCK.findall(page.read_text())
 
 
-@pytest.mark.parametrize("module", [sparse_react.env, sparse_react])
+@pytest.mark.parametrize("module", [sparse_react.household.env, sparse_react])
 def test_docstring_examples_run(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted >= 2 and result.failed == 0

@@ -9,10 +9,10 @@ import textworld
 from alfworld.agents.utils.misc import Demangler
 from textworld.envs.pddl import PddlEnv
 
-from sparse_react import engine_cache
-from sparse_react.engine import Engine
-from sparse_react.engine_cache import PROPOSITION_MEMO_SIZE, BoundedMemo
-from sparse_react.games.files import load_game_data
+from sparse_react.household import engine_cache
+from sparse_react.household.engine import Engine
+from sparse_react.household.engine_cache import PROPOSITION_MEMO_SIZE, BoundedMemo
+from sparse_react.household.game_files import load_game_data
 
 
 def _plain_rollout(path, seed, steps):

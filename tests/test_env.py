@@ -9,8 +9,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import sparse_react
-from sparse_react.env import THOUGHT_REPLY, HouseholdEnv, StepBudget, ThinkWrapper, make_react_env
-from sparse_react.tasks import TaskType
+from sparse_react.household.env import THOUGHT_REPLY, HouseholdEnv, StepBudget, ThinkWrapper, make_react_env
+from sparse_react.household.tasks import TaskType
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,12 @@ import pytest
 
 from sparse_react.agent import LoopRules
 from sparse_react.evaluation import EPISODES_FILE, SETTINGS_FILE, RunFolderError, RunSettings, evaluate, open_run
-from sparse_react.games.catalog import find_games
-from sparse_react.games.files import load_game_data
+from sparse_react.household.catalog import find_games
+from sparse_react.household.game_files import load_game_data
 from sparse_react.policies.expert import ExpertPolicy
 from sparse_react.policies.random_admissible import RandomPolicy
 from sparse_react.trajectory import Failure, read_episodes
+
 from doubles import DiesOn
 
 EVAL = [sys.executable, "-m", "sparse_react.cli", "eval", "--games", "valid_unseen", "--policy", "random",

@@ -13,19 +13,25 @@ from pathlib import Path
 import pytest
 
 from sparse_react.agent import Context, LoopRules, run_episode
-from sparse_react.env import HouseholdEnv, StepBudget
 from sparse_react.evaluation import evaluate
-from sparse_react.report import success_table
-from sparse_react.games.catalog import BUNDLED_SPLITS, find_games
+from sparse_react.household.catalog import BUNDLED_SPLITS, find_games
+from sparse_react.household.env import HouseholdEnv, StepBudget
+from sparse_react.household.tasks import TaskType
 from sparse_react.lines import Kind, thought_line
-from sparse_react.policies.expert import (ExpertError, ExpertPolicy, ExpertTask, RelabellingExpertPolicy,
-                                         SearchingExpertPolicy, read)
+from sparse_react.policies.expert import (
+    ExpertError,
+    ExpertPolicy,
+    ExpertTask,
+    RelabellingExpertPolicy,
+    SearchingExpertPolicy,
+    read,
+)
 from sparse_react.policies.expert.thoughts import Moment, write_thought
 from sparse_react.policies.random_admissible import RandomPolicy
-from sparse_react.relabel import episode_game
+from sparse_react.report import success_table
 from sparse_react.resume import ReplayPolicy
 from sparse_react.rhythms import RHYTHMS, get_rhythm
-from sparse_react.tasks import TaskType
+from sparse_react.training.relabel import episode_game
 from sparse_react.trajectory import Failure, read_episodes
 
 PACKAGE = Path(__file__).resolve().parents[1] / "sparse_react"

@@ -12,12 +12,12 @@ import pytest
 
 from sparse_react.agent import LoopRules, run_episode
 from sparse_react.claims import FoundClaim, contradicted_claims, found_claims
-from sparse_react.env import HouseholdEnv
+from sparse_react.household.env import HouseholdEnv
 from sparse_react.policies.scripted import ScriptedPolicy
-from sparse_react.relabel import episode_game
 from sparse_react.report import load_runs, markdown_report, summarize, write_report
-from sparse_react.view.pages import entry_views
+from sparse_react.training.relabel import episode_game
 from sparse_react.trajectory import Failure, append_episode, ending_cycle, failure_class, read_episodes
+from sparse_react.view.pages import entry_views
 
 DATA = Path(__file__).parent / "data" / "model_episodes.jsonl"
 

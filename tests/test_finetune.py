@@ -16,17 +16,25 @@ torch = pytest.importorskip("torch")
 from transformers import TrainerCallback  # noqa: E402
 
 from sparse_react.agent import LoopRules, run_episode  # noqa: E402
-from sparse_react.env import HouseholdEnv  # noqa: E402
 from sparse_react.evaluation import evaluate  # noqa: E402
-from sparse_react.export import ExportError, export  # noqa: E402
-from sparse_react.finetune import (  # noqa: E402
-    ELAPSED, FinetuneError, _Collator, agent_line_loss, finetune, read_examples, tokenize_example)
-from sparse_react.options import TrainOptions  # noqa: E402
-from sparse_react.games.catalog import find_games  # noqa: E402
-from sparse_react.policies.expert import ExpertPolicy  # noqa: E402
+from sparse_react.household.catalog import find_games  # noqa: E402
+from sparse_react.household.env import HouseholdEnv  # noqa: E402
 from sparse_react.models.loading import load_model  # noqa: E402
+from sparse_react.options import TrainOptions  # noqa: E402
+from sparse_react.policies.expert import ExpertPolicy  # noqa: E402
 from sparse_react.policies.hf import HFPolicy  # noqa: E402
 from sparse_react.policies.random_admissible import RandomPolicy  # noqa: E402
+from sparse_react.training.export import ExportError, export  # noqa: E402
+from sparse_react.training.finetune import (  # noqa: E402
+    ELAPSED,
+    FinetuneError,
+    _Collator,
+    agent_line_loss,
+    finetune,
+    read_examples,
+    tokenize_example,
+)
+
 from tiny import tiny_model  # noqa: E402
 
 TOY = dict(max_steps=12, learning_rate=3e-3, batch_size=2, grad_accum=1, save_steps=6, max_length=1024)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sparse_react.engine import Engine
-from sparse_react.games import generate as gen
-from sparse_react.games.files import COMPACT_FORMAT, load_game_data
-from sparse_react.tasks import TaskType, parse_task_folder
+from sparse_react.household import generate as gen
+from sparse_react.household.engine import Engine
+from sparse_react.household.game_files import COMPACT_FORMAT, load_game_data
+from sparse_react.household.tasks import TaskType, parse_task_folder
 
 OPENABLE_NAMES = ("cabinet", "drawer", "fridge", "microwave", "safe")
 
@@ -49,7 +49,7 @@ def test_same_seed_same_game_and_bytes(tmp_path: Path) -> None:
 def test_same_seed_same_bytes_in_another_process(train_games: dict[TaskType, gen.GeneratedGame]) -> None:
     game = train_games[TaskType.LOOK]
     code = (
-        "import sys; from sparse_react.games.generate import generate_game; from sparse_react.tasks import TaskType;"
+        "import sys; from sparse_react.household.generate import generate_game; from sparse_react.household.tasks import TaskType;"
         f"sys.stdout.write(generate_game({game.seed}, TaskType.LOOK, {game.split!r}).to_json())"
     )
     root = Path(__file__).resolve().parents[1]

@@ -14,13 +14,15 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from sparse_react.agent import LoopRules, run_episode  # noqa: E402
-from sparse_react.cards import ModelError  # noqa: E402
-from sparse_react.env import HouseholdEnv  # noqa: E402
+from sparse_react.household.env import HouseholdEnv  # noqa: E402
 from sparse_react.lines import Kind, normalise_action  # noqa: E402
 from sparse_react.models.backend import Prompt, ScoreRequest  # noqa: E402
 from sparse_react.models.loading import load_model  # noqa: E402
 from sparse_react.policies.hf import HFPolicy  # noqa: E402
+from sparse_react.training.cards import ModelError  # noqa: E402
+
 from tiny import tiny_model  # noqa: E402
+
 
 @pytest.fixture(scope="module", params=[False, True], ids=["plain", "chat"])
 def tiny(request, tmp_path_factory):

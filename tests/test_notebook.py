@@ -16,8 +16,8 @@ nbclient = pytest.importorskip("nbclient", reason="the notebook test needs the t
 pytest.importorskip("ipykernel", reason="the notebook test needs the test extras (ipykernel)")
 
 from sparse_react.evaluation import RunSettings, evaluate  # noqa: E402
+from sparse_react.household.tasks import TaskType  # noqa: E402
 from sparse_react.policies.expert import ExpertPolicy  # noqa: E402
-from sparse_react.tasks import TaskType  # noqa: E402
 from sparse_react.trajectory import read_episodes  # noqa: E402
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from sparse_react.env import HouseholdEnv
-from sparse_react.games.catalog import find_games
+from sparse_react.household.catalog import find_games
+from sparse_react.household.env import HouseholdEnv
+from sparse_react.household.tasks import TaskType
 from sparse_react.prompts import VARIANTS, PromptError, load_examples, variant_examples
 from sparse_react.rhythms import RHYTHMS, get_rhythm
-from sparse_react.tasks import TaskType
 
 
 @pytest.mark.parametrize("task_type", list(TaskType))

@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from sparse_react.games.files import COMPACT_FORMAT, GameFileError, load_game_data
+from sparse_react.household.game_files import COMPACT_FORMAT, GameFileError, load_game_data
+from sparse_react.household.tasks import TaskType
 from sparse_react.lines import Kind
 from sparse_react.prompts import PromptError, load_examples
 from sparse_react.rhythms import RHYTHMS
-from sparse_react.tasks import TaskType
 from sparse_react.trajectory import Entry, Episode, Failure, append_episode, read_records
 from sparse_react.view import create_app
 

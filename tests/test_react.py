@@ -10,13 +10,13 @@ import pytest
 
 from sparse_react.agent import Context, LoopRules
 from sparse_react.evaluation import evaluate
+from sparse_react.household.tasks import TaskType
 from sparse_react.lines import Kind
 from sparse_react.models.backend import Backend, Generation, Scores
 from sparse_react.policies.hf import HFPolicy
 from sparse_react.policies.react import ReActPolicy
 from sparse_react.policies.served import ServedPolicy
 from sparse_react.rhythms import get_rhythm
-from sparse_react.tasks import TaskType
 
 THINK_SCORE = -0.45
 

@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
+from test_agent import FollowThoughts
 
 from sparse_react.agent import run_episode
-from sparse_react.env import HouseholdEnv
-from sparse_react.export import export
+from sparse_react.household.env import HouseholdEnv
 from sparse_react.policies.expert import ExpertPolicy
-from sparse_react.relabel import relabel_runs
 from sparse_react.report import load_runs, markdown_report
 from sparse_react.resume import load_episode
+from sparse_react.training.export import export
+from sparse_react.training.relabel import relabel_runs
 from sparse_react.trajectory import RecordError, append_episode, read_episodes, read_records, record_lock
 from sparse_react.view import create_app
-from test_agent import FollowThoughts
 
 
 def _set(path: str, value):

@@ -14,14 +14,22 @@ from pathlib import Path
 import pytest
 
 from sparse_react.agent import run_episode
-from sparse_react.env import HouseholdEnv
-from sparse_react.export import episode_messages
+from sparse_react.household.env import HouseholdEnv
 from sparse_react.lines import Kind
 from sparse_react.options import RelabelOptions
 from sparse_react.policies.expert import Label
 from sparse_react.policies.scripted import ScriptedPolicy
-from sparse_react.relabel import RelabelError, corrections, hand_over, relabel_episode, relabelled_examples, relabel_runs
+from sparse_react.training.export import episode_messages
+from sparse_react.training.relabel import (
+    RelabelError,
+    corrections,
+    hand_over,
+    relabel_episode,
+    relabel_runs,
+    relabelled_examples,
+)
 from sparse_react.trajectory import Episode, read_episodes
+
 from checks import assert_never_walks_to_hidden_objects
 
 DATA = Path(__file__).parent / "data" / "model_episodes.jsonl"
@@ -117,7 +125,7 @@ def test_labels_follow_the_rhythm(episodes):
 
 
 def relabel_game(episode):
-    from sparse_react.relabel import episode_game
+    from sparse_react.training.relabel import episode_game
 
     return episode_game(episode)
 
@@ -162,7 +170,8 @@ def test_finetune_learns_only_the_label_lines(episodes, labelled, tmp_path):
     pytest.importorskip("torch")
     from transformers import AutoTokenizer
 
-    from sparse_react.finetune import tokenize_example
+    from sparse_react.training.finetune import tokenize_example
+
     from tiny import tiny_model
 
     tiny_model(tmp_path / "tiny", chat=True)
@@ -178,9 +187,10 @@ def test_packed_states_train_exactly_what_the_states_train_one_by_one(labelled, 
     """An episode's relabelled states packed into rows (the record once, each label a branch) give
     the same summed loss over the same label tokens as the states run one at a time."""
     torch = pytest.importorskip("torch")
-    from sparse_react.finetune import _Collator, agent_line_loss, tokenize_example
-    from sparse_react.packing import pack_rows
     from sparse_react.models.loading import load_model
+    from sparse_react.training.finetune import _Collator, agent_line_loss, tokenize_example
+    from sparse_react.training.packing import pack_rows
+
     from tiny import tiny_model
 
     tiny_model(tmp_path / "tiny", chat=True)
@@ -210,7 +220,7 @@ def test_packed_states_train_exactly_what_the_states_train_one_by_one(labelled, 
 
 
 def test_a_record_made_elsewhere_finds_its_game_by_name(episodes):
-    from sparse_react.relabel import episode_game
+    from sparse_react.training.relabel import episode_game
 
     moved = Episode.from_dict(episodes[0].to_dict())
     moved.game = str(Path("/elsewhere") / episodes[0].settings["game_name"] / Path(episodes[0].game).name)
@@ -240,7 +250,7 @@ def test_real_alfworld_model_episode_relabels_and_hands_over(alfworld_json):
 def test_a_record_the_expert_cannot_go_on_from_is_reported_once_by_name(alfworld_json, tmp_path):
     """A model took a paper towel roll for a hand towel in an ALFWorld train game whose rules let it
     be put down nowhere: no label exists after that, so the record is reported, not half relabelled."""
-    from sparse_react.games.catalog import game_ref
+    from sparse_react.household.catalog import game_ref
 
     name = "pick_and_place_simple-HandTowel-None-Toilet-427/trial_T20190907_173931_537125"
     game = game_ref(alfworld_json / "train" / name / "game.tw-pddl")
@@ -256,9 +266,9 @@ def test_a_record_the_expert_cannot_go_on_from_is_reported_once_by_name(alfworld
 @pytest.mark.parametrize("rhythm", ["sparse", "dense", "im", "act"])
 def test_relabel_expert_plays_whole_games_from_what_it_has_seen(rhythm):
     from sparse_react.evaluation import evaluate
-    from sparse_react.games.catalog import find_games
+    from sparse_react.household.catalog import find_games
+    from sparse_react.household.tasks import TaskType
     from sparse_react.policies import make_policy
-    from sparse_react.tasks import TaskType
 
     games = [g for t in TaskType for g in find_games("train", task_types=[t])[:2]]
     played = evaluate(games, make_policy("relabel-expert"), rhythm, progress=False)

@@ -9,12 +9,12 @@ import shutil
 import pytest
 
 from sparse_react.agent import LoopRules, run_episode
-from sparse_react.env import HouseholdEnv
-from sparse_react.games.catalog import game_ref
+from sparse_react.household.catalog import game_ref
+from sparse_react.household.env import HouseholdEnv
+from sparse_react.household.tasks import TaskType
 from sparse_react.policies.expert import ExpertPolicy
 from sparse_react.policies.random_admissible import RandomPolicy
 from sparse_react.report import CSV_FIELDS, PairedComparison, load_runs, markdown_report, summarize, write_report
-from sparse_react.tasks import TaskType
 from sparse_react.trajectory import RecordError, append_episode
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -23,17 +23,25 @@ EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"  # experiment 
 sys.path.insert(0, str(EXPERIMENTS))
 
 from ablation_tables import ship_adapter  # noqa: E402
-from sparse_react.cli import app  # noqa: E402
-from sparse_react.options import from_flat  # noqa: E402
-from sparse_react.evaluation import evaluate  # noqa: E402
-from sparse_react.export import export  # noqa: E402
-from sparse_react.games.catalog import find_games  # noqa: E402
-from sparse_react.policies.expert import SearchingExpertPolicy  # noqa: E402
+
 import sparse_react as sr  # noqa: E402
-from sparse_react.relabel import corrections, relabel_episode  # noqa: E402
-from sparse_react.rounds import (  # noqa: E402
-    RoundsError, RoundsSettings, read_settings, rounds_command, rounds_markdown, run_rounds)
+from sparse_react.cli import app  # noqa: E402
+from sparse_react.evaluation import evaluate  # noqa: E402
+from sparse_react.household.catalog import find_games  # noqa: E402
+from sparse_react.options import from_flat  # noqa: E402
+from sparse_react.policies.expert import SearchingExpertPolicy  # noqa: E402
+from sparse_react.training.export import export  # noqa: E402
+from sparse_react.training.relabel import corrections, relabel_episode  # noqa: E402
+from sparse_react.training.rounds import (  # noqa: E402
+    RoundsError,
+    RoundsSettings,
+    read_settings,
+    rounds_command,
+    rounds_markdown,
+    run_rounds,
+)
 from sparse_react.trajectory import read_episodes  # noqa: E402
+
 from tiny import tiny_model  # noqa: E402
 
 
@@ -90,7 +98,7 @@ def test_two_dagger_rounds_grow_the_data_and_each_model_loads(toy, capsys):
     for k in range(3):
         card = json.loads((out / f"round-{k}" / "model" / "sparse_react.json").read_text())
         assert card["examples"] == sizes[k] and card["steps"] == 2
-        # each episode's relabelled states train in one packed row (sparse_react.packing); records
+        # each episode's relabelled states train in one packed row (sparse_react.training.packing); records
         # of one game that two rounds played alike may share it
         assert sizes[0] < card["rows"] <= sizes[0] + 2 * k if k else card["rows"] == sizes[0]
         assert plays(out / f"round-{k}" / "model")
@@ -258,7 +266,7 @@ def ship_round_script():
 
 def test_ship_round_takes_round_0s_commands_from_the_shipped_adapter_with_its_weights(tmp_path):
     from sparse_react.bundled import ADAPTERS_DIR
-    from sparse_react.cards import ADAPTER_WEIGHTS, MODEL_CARD
+    from sparse_react.training.cards import ADAPTER_WEIGHTS, MODEL_CARD
 
     ship_round = ship_round_script()
     if not (ADAPTERS_DIR / "sparse" / ADAPTER_WEIGHTS).is_file():

@@ -18,12 +18,11 @@ import textworld.envs.pddl.logic as pddl_logic  # noqa: E402
 import textworld.envs.pddl.textgen as textgen  # noqa: E402
 
 from sparse_react.agent import Context, LoopRules, run_episode, versions  # noqa: E402
-from sparse_react.engine import Engine  # noqa: E402
-from sparse_react.env import HouseholdEnv  # noqa: E402
 from sparse_react.evaluation import RunFolderError, RunSettings, evaluate  # noqa: E402
-from sparse_react.export import episode_messages  # noqa: E402
-from sparse_react.finetune import tokenize_example  # noqa: E402
-from sparse_react.games.files import GameFileError, load_game_data  # noqa: E402
+from sparse_react.household.engine import Engine  # noqa: E402
+from sparse_react.household.env import HouseholdEnv  # noqa: E402
+from sparse_react.household.game_files import GameFileError, load_game_data  # noqa: E402
+from sparse_react.household.tasks import TaskType  # noqa: E402
 from sparse_react.lines import Kind  # noqa: E402
 from sparse_react.policies.expert import ExpertPolicy, SearchingExpertPolicy  # noqa: E402
 from sparse_react.policies.hf import HFPolicy  # noqa: E402
@@ -31,25 +30,28 @@ from sparse_react.policies.random_admissible import RandomPolicy  # noqa: E402
 from sparse_react.policies.scripted import ScriptedPolicy  # noqa: E402
 from sparse_react.resume import resume  # noqa: E402
 from sparse_react.rhythms import get_rhythm  # noqa: E402
-from sparse_react.tasks import TaskType  # noqa: E402
+from sparse_react.training.export import episode_messages  # noqa: E402
+from sparse_react.training.finetune import tokenize_example  # noqa: E402
 from sparse_react.trajectory import Failure, append_episode  # noqa: E402
+
 from tiny import tiny_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # Every module of the package, lowest first: a module imports only modules before it.
 LAYERS = [
-    "errors", "schema", "lines", "tasks", "bundled", "disk_cache", "transcript",
-    "trajectory", "claims", "rhythms", "cards", "games", "games.files", "engine_cache",
-    "games.catalog", "engine", "anatomy", "prompts", "report", "thought_report",
-    "env", "planner", "games.generate", "policies.search_order",
+    "errors", "household", "training", "schema", "lines", "household.tasks", "bundled", "household.disk_cache",
+    "transcript", "trajectory", "claims", "rhythms", "training.cards", "household.game_files",
+    "household.engine_cache", "household.catalog", "household.engine", "anatomy", "prompts", "report",
+    "thought_report", "household.env", "household.planner", "household.generate", "policies.search_order",
     "agent",
-    "models.backend", "models.loading", "models.attention", "models.kv_cache", "models.batch", "models.trie",
-    "models.writing", "models.local", "models.served", "models",
+    "models.backend", "models.loading", "models.attention", "models.kv_cache", "models.layers", "models.batch", "models.trie",
+    "models.writing", "models.local", "models.recompute", "models.served", "models",
     "policies.base", "policies.expert.task", "policies.expert.reading", "policies.expert.knowledge",
     "policies.expert.phrases", "policies.expert.search", "policies.expert.thoughts", "policies.expert.policy",
     "policies.expert.relabelling", "policies.expert", "policies.random_admissible", "policies.scripted", "policies.react",
     "policies.hf", "policies.shipped", "policies.served", "policies",
-    "options", "evaluation", "api", "resume", "export", "relabel", "packing", "finetune", "stages", "rounds",
+    "options", "evaluation", "api", "resume",
+    "training.export", "training.relabel", "training.packing", "training.finetune", "training.stages", "training.rounds",
     "view.links", "view.records", "view.pages", "view.render", "view.steer", "view.app", "view.serve", "view.static", "view",
     "cli_options", "cli", "",
 ]
@@ -57,7 +59,7 @@ LAZY = {  # modules that import parts of the package inside functions, and why
     "api": "importing the package loads no model library: policies and the batch runner load when called",
     "cli": "each command loads only what it runs (torch for a model, not for `games list`)",
     "policies": "torch and transformers load only when a model policy is asked for",
-    "rounds": "torch loads only for a round's training, and only the child process that trains needs it",
+    "training.rounds": "torch loads only for a round's training, and only the child process that trains needs it",
     "models.served": "a served model needs no torch: transformers loads only for a local chat template",
 }
 

@@ -7,12 +7,14 @@ import json
 import pytest
 
 from sparse_react.evaluation import evaluate
-from sparse_react.games.catalog import find_games
-from sparse_react.policies import make_policy
-from sparse_react.policies.search_order import main as rebuild_order, ranked_kinds, search_order
-from sparse_react.rhythms import RHYTHMS
-from sparse_react.tasks import TaskType
+from sparse_react.household.catalog import find_games
+from sparse_react.household.tasks import TaskType
 from sparse_react.lines import Kind
+from sparse_react.policies import make_policy
+from sparse_react.policies.search_order import main as rebuild_order
+from sparse_react.policies.search_order import ranked_kinds, search_order
+from sparse_react.rhythms import RHYTHMS
+
 from checks import assert_never_walks_to_hidden_objects
 
 

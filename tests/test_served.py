@@ -23,16 +23,17 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from sparse_react.agent import Context, LoopRules, run_episode  # noqa: E402
-from sparse_react.env import HouseholdEnv  # noqa: E402
 from sparse_react.evaluation import evaluate  # noqa: E402
+from sparse_react.household.env import HouseholdEnv  # noqa: E402
+from sparse_react.household.tasks import TaskType  # noqa: E402
 from sparse_react.lines import Kind  # noqa: E402
+from sparse_react.models.served import ServerError, mean_logprob  # noqa: E402
 from sparse_react.policies import make_policy, policy_from_spec  # noqa: E402
 from sparse_react.policies.base import PolicyError  # noqa: E402
-from sparse_react.models.served import ServerError, mean_logprob  # noqa: E402
 from sparse_react.policies.served import Retry, ServedPolicy  # noqa: E402
 from sparse_react.rhythms import get_rhythm  # noqa: E402
-from sparse_react.tasks import TaskType  # noqa: E402
 from sparse_react.trajectory import Failure, read_episodes  # noqa: E402
+
 from tiny import tiny_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

@@ -22,10 +22,25 @@ from sparse_react.api import find_games
 from sparse_react.cli import app
 from sparse_react.cli_options import with_options
 from sparse_react.options import (
-    ModelOptions, OptionsError, RelabelOptions, TrainOptions, command_line, flags, from_flat, to_flat)
-from sparse_react.rounds import (
-    ROUNDS_TRAINING, RoundsSettings, eval_stage, new_data_stage, play_stage, rounds_command, train_stage)
-from sparse_react.stages import Pipeline, Stage, StageFailed
+    ModelOptions,
+    OptionsError,
+    RelabelOptions,
+    TrainOptions,
+    command_line,
+    flags,
+    from_flat,
+    to_flat,
+)
+from sparse_react.training.rounds import (
+    ROUNDS_TRAINING,
+    RoundsSettings,
+    eval_stage,
+    new_data_stage,
+    play_stage,
+    rounds_command,
+    train_stage,
+)
+from sparse_react.training.stages import Pipeline, Stage, StageFailed
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"  # experiment code: not in the package
 sys.path.insert(0, str(EXPERIMENTS))
@@ -159,7 +174,7 @@ def test_every_stage_calls_its_function_with_options_it_accepts_and_its_command_
 
 def test_the_rounds_command_a_card_holds_makes_the_same_settings(tmp_path):
     for settings in _rounds_settings(tmp_path):
-        with mock.patch("sparse_react.rounds.run_rounds") as run:
+        with mock.patch("sparse_react.training.rounds.run_rounds") as run:
             run.return_value.read_text.return_value = ""
             result = CliRunner().invoke(app, shlex.split(rounds_command(settings, tmp_path / "r"))[1:])
         assert result.exit_code == 0, result.output

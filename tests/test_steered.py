@@ -9,16 +9,16 @@ import sys
 
 import pytest
 from starlette.testclient import TestClient
+from test_agent import FollowThoughts
 
 import sparse_react as sr
 from sparse_react.agent import LoopRules, run_episode
-from sparse_react.env import HouseholdEnv
-from sparse_react.games.files import load_game_data
+from sparse_react.household.env import HouseholdEnv
+from sparse_react.household.game_files import load_game_data
 from sparse_react.policies.expert import ExpertPolicy
 from sparse_react.report import load_runs, markdown_report
 from sparse_react.trajectory import append_episode, read_episodes
 from sparse_react.view import create_app
-from test_agent import FollowThoughts
 
 SCRIPT = ["think: plan: look", "think: plan: inventory"] * 10
 

@@ -23,11 +23,11 @@ import httpx
 import pytest
 
 from sparse_react.agent import LoopRules, run_episode
-from sparse_react.env import HouseholdEnv
 from sparse_react.evaluation import RunSettings, evaluate
-from sparse_react.games.files import load_game_data
+from sparse_react.household.env import HouseholdEnv
+from sparse_react.household.game_files import load_game_data
+from sparse_react.household.tasks import TaskType
 from sparse_react.policies.expert import ExpertPolicy
-from sparse_react.tasks import TaskType
 from sparse_react.trajectory import Failure, append_episode, read_episodes
 
 REPO = Path(__file__).resolve().parents[1]

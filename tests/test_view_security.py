@@ -21,7 +21,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from sparse_react.agent import LoopRules, run_episode
-from sparse_react.env import HouseholdEnv
+from sparse_react.household.env import HouseholdEnv
 from sparse_react.policies.expert import ExpertPolicy
 from sparse_react.trajectory import append_episode, read_episodes
 from sparse_react.view import create_app

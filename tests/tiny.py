@@ -12,8 +12,8 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['cont
                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-def tiny_model(folder, chat: bool = True) -> None:
-    """A randomly initialised 2-layer Llama and a byte-level BPE tokenizer trained on the prompts."""
+def tiny_tokenizer(chat: bool = True) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained on the prompts (600 tokens), with a chat template when `chat`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -25,6 +25,12 @@ def tiny_model(folder, chat: bool = True) -> None:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
     if chat:
         fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def tiny_model(folder, chat: bool = True) -> None:
+    """A randomly initialised 2-layer Llama and a byte-level BPE tokenizer trained on the prompts."""
+    fast = tiny_tokenizer(chat)
     fast.save_pretrained(folder)
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,

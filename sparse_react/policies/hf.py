@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
-from sparse_react.cards import DEFAULT_ACTION_MODE, ModelError
 from sparse_react.lines import MAX_THOUGHT_TOKENS
 from sparse_react.models.loading import LoadedModel, load_model
-from sparse_react.models.local import LocalBackend
+from sparse_react.models.recompute import local_backend
 from sparse_react.policies.react import ACTION_MODES, ReActPolicy, check_choices
+from sparse_react.training.cards import DEFAULT_ACTION_MODE, ModelError
 
 __all__ = ["ACTION_MODES", "HFPolicy"]
 
@@ -31,7 +31,8 @@ class HFPolicy(ReActPolicy):
     `scored`, `constrained` or `free` (None: what the model's card asks for, else `scored`).
     `shots=0` drops the prompt's examples (the default for a model fine-tuned here, whose card says
     so); `window > 0` shows only the last `window` turns of a long episode. `chat`, `reuse_cache`,
-    `drafts`, `prune` and `keep_lines` are the engine's (`LocalBackend`); `backend`
+    `drafts`, `prune` and `keep_lines` are the engine's (`LocalBackend`; a model whose cache it
+    cannot keep runs on its slow path, `sparse_react.models.recompute`, and says so); `backend`
     plays on a backend given instead (its `card` then gives the defaults). In free mode,
     `invalid_actions`/`free_actions` give the rate of commands not admissible.
     """
@@ -46,8 +47,8 @@ class HFPolicy(ReActPolicy):
                  backend: Any = None) -> None:
         check_choices(action_mode, None, error=ModelError)
         if backend is None:
-            backend = LocalBackend(loaded or load_model(model, device, dtype, trust_remote_code), seed, chat,
-                                   reuse_cache, drafts, prune, keep_lines)
+            backend = local_backend(loaded or load_model(model, device, dtype, trust_remote_code), seed, chat,
+                                    reuse_cache, drafts, prune, keep_lines)
         card = backend.card
         action_mode = action_mode or card.get("action_mode", DEFAULT_ACTION_MODE)
         shots = card.get("shots", 2) if shots is None else shots

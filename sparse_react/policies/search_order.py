@@ -17,8 +17,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from sparse_react.games.catalog import GameSetError, find_games
-from sparse_react.games.files import load_game_data
+from sparse_react.household.catalog import GameSetError, find_games
+from sparse_react.household.game_files import load_game_data
 
 ORDER_FILE = Path(__file__).with_name("search_order.json")
 # Receptacles the problems name differently from the game text.

@@ -13,9 +13,8 @@ from typing import Any, Sequence
 
 from sparse_react.agent import Context, Decision, Request
 from sparse_react.bundled import ADAPTERS_DIR
-from sparse_react.cards import ADAPTER_CONFIG, ModelError
 from sparse_react.policies.hf import HFPolicy
-
+from sparse_react.training.cards import ADAPTER_CONFIG, ModelError
 
 
 def shipped_rhythms() -> list[str]:

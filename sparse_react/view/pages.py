@@ -12,10 +12,19 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from sparse_react.anatomy import EpisodeAnatomy, ThoughtKind
+from sparse_react.household.tasks import TaskType
 from sparse_react.lines import NOTHING_HAPPENS, Kind
 from sparse_react.report import (
-    COLUMNS, MEASURES, GroupStats, PairedComparison, measure_rows, paired_groups, success_rows, summarize, write_plots)
-from sparse_react.tasks import TaskType
+    COLUMNS,
+    MEASURES,
+    GroupStats,
+    PairedComparison,
+    measure_rows,
+    paired_groups,
+    success_rows,
+    summarize,
+    write_plots,
+)
 from sparse_react.trajectory import Entry, Episode, Failure, ending_cycle
 from sparse_react.view.records import Run
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from sparse_react.policies.expert.reading import Reading, Progress, Turns, progress_by_commands, progress_of_task, read
+from sparse_react.household.tasks import TaskType
+from sparse_react.policies.expert.reading import Progress, Reading, Turns, progress_by_commands, progress_of_task, read
 from sparse_react.policies.expert.task import ExpertTask, kind
-from sparse_react.tasks import TaskType
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from sparse_react.agent import Context
+from sparse_react.household.planner import Planner
 from sparse_react.lines import NOTHING_HAPPENS, Kind, thought_line
-from sparse_react.planner import Planner
 from sparse_react.policies.base import LinePolicy
 from sparse_react.policies.expert.knowledge import Knowledge
 from sparse_react.policies.expert.phrases import goal, surprise, why

@@ -14,14 +14,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from sparse_react.planner import Planner
+from sparse_react.household.planner import Planner
+from sparse_react.household.tasks import TaskType
 from sparse_react.policies.expert.knowledge import Knowledge
-from sparse_react.policies.expert.phrases import (planned_new_subgoal, planned_opening, search_new_subgoal,
-                                                  search_opening)
+from sparse_react.policies.expert.phrases import (
+    planned_new_subgoal,
+    planned_opening,
+    search_new_subgoal,
+    search_opening,
+)
 from sparse_react.policies.expert.reading import Turns
 from sparse_react.policies.expert.task import ExpertError, ExpertTask, a, kind
 from sparse_react.policies.search_order import search_order
-from sparse_react.tasks import TaskType
 
 
 class SearchStrategy(Protocol):

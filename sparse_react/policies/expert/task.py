@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass
 
 from sparse_react.agent import Context
-from sparse_react.games.catalog import GameRef
-from sparse_react.tasks import TRANSFORMS, TaskType
+from sparse_react.household.catalog import GameRef
+from sparse_react.household.tasks import TRANSFORMS, TaskType
 
 # (verb, state, appliance as the game text names it) per state-changing task
 TRANSFORM = {task: (t.verb, t.state, t.appliance.lower()) for task, t in TRANSFORMS.items()}

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from sparse_react.engine import Engine
-from sparse_react.games.catalog import GameRef
+from sparse_react.household.catalog import GameRef
+from sparse_react.household.engine import Engine
 
 
 class Planner:

@@ -23,11 +23,11 @@ from typing import Any, Iterable, Sequence
 import gymnasium as gym
 from gymnasium import spaces
 
-from sparse_react.engine import WELCOME_BANNER, Engine, GameState
 from sparse_react.errors import UserError
-from sparse_react.games.catalog import GameRef, find_games, game_ref
+from sparse_react.household.catalog import GameRef, find_games, game_ref
+from sparse_react.household.engine import WELCOME_BANNER, Engine, GameState
+from sparse_react.household.tasks import TaskType
 from sparse_react.lines import THOUGHT_REPLY, is_thought
-from sparse_react.tasks import TaskType
 
 DEFAULT_MAX_STEPS = 50
 TEXT_CHARSET = string.printable
@@ -253,6 +253,6 @@ REACT_ENV_ID = "sparse_react/HouseholdReAct-v0"
 def register_envs() -> None:
     """Register both environment ids with Gymnasium (idempotent)."""
     if ENV_ID not in gym.registry:
-        gym.register(ENV_ID, entry_point="sparse_react.env:make_household_env")
+        gym.register(ENV_ID, entry_point="sparse_react.household.env:make_household_env")
     if REACT_ENV_ID not in gym.registry:
-        gym.register(REACT_ENV_ID, entry_point="sparse_react.env:make_react_env")
+        gym.register(REACT_ENV_ID, entry_point="sparse_react.household.env:make_react_env")

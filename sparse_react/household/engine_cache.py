@@ -19,7 +19,7 @@ import re
 from collections import OrderedDict
 from typing import Any, Iterator
 
-from sparse_react.disk_cache import DiskCache
+from sparse_react.household.disk_cache import DiskCache
 
 TASK_RULE = re.compile(r'("task"\s*:\s*\[\s*\{\s*"rhs"\s*:\s*)"((?:[^"\\]|\\.)*)"')
 TASK_SLOT = "__SPARSE_REACT_TASK__"

@@ -16,16 +16,30 @@ from pathlib import Path
 from typing import Sequence
 
 from sparse_react.agent import Context, Decision, LoopRules, Request, run_episode
-from sparse_react.env import HouseholdEnv
 from sparse_react.errors import UserError
-from sparse_react.export import (DATA_FORMAT, DEFAULT_EVAL_SETS, _refuse_leaks, episode_messages, eval_games, game_digest,
-                                 in_game_order)
-from sparse_react.games.catalog import BUNDLED_SPLITS, GameRef, GameSetError, alfworld_data_dir, bundled_games_dir, game_ref
+from sparse_react.household.catalog import (
+    BUNDLED_SPLITS,
+    GameRef,
+    GameSetError,
+    alfworld_data_dir,
+    bundled_games_dir,
+    game_ref,
+)
+from sparse_react.household.env import HouseholdEnv
 from sparse_react.lines import THOUGHT_REPLY, Kind, is_thought, thought_line
 from sparse_react.options import OptionsError, RelabelOptions
 from sparse_react.policies.expert import ExpertTask, Label, Offered, RelabellingExpertPolicy
 from sparse_react.report import load_runs
 from sparse_react.resume import ReplayPolicy
+from sparse_react.training.export import (
+    DATA_FORMAT,
+    DEFAULT_EVAL_SETS,
+    _refuse_leaks,
+    episode_messages,
+    eval_games,
+    game_digest,
+    in_game_order,
+)
 from sparse_react.trajectory import BadLine, Entry, Episode, RecordError
 
 RELABEL_POLICY = RelabellingExpertPolicy.name

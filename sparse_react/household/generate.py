@@ -26,10 +26,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sparse_react.engine import Engine
 from sparse_react.errors import UserError
-from sparse_react.games.files import COMPACT_GAME_FILE, SPLITS, compact_game, GameFileError, alfworld_logic, grammar_for_task
-from sparse_react.tasks import TRANSFORMS, TaskSpec, TaskType
+from sparse_react.household.engine import Engine
+from sparse_react.household.game_files import (
+    COMPACT_GAME_FILE,
+    SPLITS,
+    GameFileError,
+    alfworld_logic,
+    compact_game,
+    grammar_for_task,
+)
+from sparse_react.household.tasks import TRANSFORMS, TaskSpec, TaskType
 
 GENERATOR_VERSION = 1
 MAX_ATTEMPTS = 25

@@ -10,8 +10,8 @@ from typing import Iterable, Sequence
 
 from sparse_react.bundled import bundled_dir
 from sparse_react.errors import UserError
-from sparse_react.games.files import GAME_FILE_NAMES, SPLITS, GameFileError
-from sparse_react.tasks import TaskSpec, TaskType, game_name, parse_task_folder
+from sparse_react.household.game_files import GAME_FILE_NAMES, SPLITS, GameFileError
+from sparse_react.household.tasks import TaskSpec, TaskType, game_name, parse_task_folder
 
 BUNDLED_SPLITS = SPLITS
 ALFWORLD_PREFIX = "alfworld:"

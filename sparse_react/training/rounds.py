@@ -16,7 +16,7 @@ then holds no data).
 One folder holds everything: `rounds.json` (the settings, as the command line names them; a rerun
 with others is refused), `round-K/` with `play/` (the run folder of the games played, K ≥ 1),
 `new.jsonl`, `data.jsonl`, `model/` (an adapter and its card) and `eval-SET/` per evaluation set, and
-`rounds.md`, the table per round. Every stage is a library call (`sparse_react.stages`), printed as
+`rounds.md`, the table per round. Every stage is a library call (`sparse_react.training.stages`), printed as
 the `sparse-react` command that does the same, in a child process where it loads a model, and
 skipped when its output is there: a rerun resumes.
 """
@@ -34,18 +34,27 @@ from pathlib import Path
 from typing import Sequence
 
 from sparse_react.api import Results, evaluate_with
-from sparse_react.cards import MODEL_CARD, training_seconds
 from sparse_react.errors import UserError
 from sparse_react.evaluation import SETTINGS_FILE
-from sparse_react.export import ExportSummary, export
-from sparse_react.games.catalog import find_games
+from sparse_react.household.catalog import find_games
 from sparse_react.lines import is_thought
 from sparse_react.options import (
-    ModelOptions, OptionsError, RelabelOptions, TrainOptions, flags, from_flat, group, option, to_flat)
-from sparse_react.relabel import RelabelSummary, relabel_runs
+    ModelOptions,
+    OptionsError,
+    RelabelOptions,
+    TrainOptions,
+    flags,
+    from_flat,
+    group,
+    option,
+    to_flat,
+)
 from sparse_react.report import COLUMNS, PairedComparison, group_stats, load_runs, markdown_table
 from sparse_react.rhythms import get_rhythm
-from sparse_react.stages import Pipeline, Stage
+from sparse_react.training.cards import MODEL_CARD, training_seconds
+from sparse_react.training.export import ExportSummary, export
+from sparse_react.training.relabel import RelabelSummary, relabel_runs
+from sparse_react.training.stages import Pipeline, Stage
 from sparse_react.trajectory import EPISODES_FILE, read_episodes
 
 ARMS = ("dagger", "bootstrap", "expert")
@@ -194,7 +203,7 @@ def new_data_stage(settings: RoundsSettings, out: Path, k: int) -> Stage:
 
 def train_stage(settings: RoundsSettings, out: Path, k: int) -> Stage:
     """Round k's training on its data (with `retrain="continue"`, on from the last round's adapter)."""
-    from sparse_react.finetune import finetune  # torch, which only the child process that trains needs
+    from sparse_react.training.finetune import finetune  # torch, which only the child process that trains needs
 
     folder = out / f"round-{k}"
     start = {"init_adapter": out / f"round-{k - 1}" / "model"} if k and settings.retrain == "continue" else {}

@@ -1,4 +1,4 @@
-"""Fine-tune a local causal LM on exported episodes (`sparse_react.export`), with transformers' Trainer.
+"""Fine-tune a local causal LM on exported episodes (`sparse_react.training.export`), with transformers' Trainer.
 
 Each example is rendered exactly as the model policy renders a live episode for a zero-shot model (the
 prefix as one user message under the chat template, then `> line` / observation lines as raw
@@ -10,7 +10,7 @@ Examples go through the model one at a time by default (`batch_size=1`, gradient
 to the kernel that materialises every head's score matrix, so memory grows with the square of the
 longest example (a 4-example LoRA step of ~1,500-token examples: 10 GB resident, 2.5x the time).
 
-The relabelled states of one episode are packed into one row by default (`sparse_react.packing`):
+The relabelled states of one episode are packed into one row by default (`sparse_react.training.packing`):
 the record goes through the model once and each label trains on exactly what it would see alone.
 
 Full fine-tuning writes a standard Hugging Face model folder (safetensors, config, tokenizer);
@@ -36,13 +36,19 @@ from typing import Any, Sequence
 
 import torch
 
-from sparse_react.cards import DEFAULT_ACTION_MODE, MODEL_CARD, MODEL_FORMAT, ModelError, model_card
 from sparse_react.errors import UserError
 from sparse_react.lines import is_thought
-from sparse_react.options import TrainOptions
-from sparse_react.packing import IGNORE, pack_mask, pack_rows
 from sparse_react.models.loading import (
-    base_identity, cpu_has_native_bf16, import_peft, load_model, plain_model, weights_sha256)
+    base_identity,
+    cpu_has_native_bf16,
+    import_peft,
+    load_model,
+    plain_model,
+    weights_sha256,
+)
+from sparse_react.options import TrainOptions
+from sparse_react.training.cards import DEFAULT_ACTION_MODE, MODEL_CARD, MODEL_FORMAT, ModelError, model_card
+from sparse_react.training.packing import IGNORE, pack_mask, pack_rows
 from sparse_react.transcript import render, render_head
 
 THOUGHT_MARGIN = 16  # tokens a fine-tuned model may write beyond its longest training thought
@@ -301,7 +307,7 @@ def _agent_line_trainer(trainer_class: type) -> type:
 
 class _Collator:
     """Pads a batch on the right: pad tokens for inputs, -100 for labels, and a 0/1 attention mask;
-    a batch with a packed row (`sparse_react.packing`) gets position ids and a 4D mask instead."""
+    a batch with a packed row (`sparse_react.training.packing`) gets position ids and a 4D mask instead."""
 
     def __init__(self, pad: int) -> None:
         self.pad = pad

@@ -14,9 +14,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from sparse_react.disk_cache import DiskCache, disk_cache_enabled
-from sparse_react.engine_cache import EngineCaches, bound_proposition_memo
-from sparse_react.games.files import GameFileError, load_game_data
+from sparse_react.household.disk_cache import DiskCache, disk_cache_enabled
+from sparse_react.household.engine_cache import EngineCaches, bound_proposition_memo
+from sparse_react.household.game_files import GameFileError, load_game_data
 
 WELCOME_BANNER = "-= Welcome to TextWorld, ALFRED! =-"
 

@@ -1,6 +1,6 @@
 """The relabelled states of one episode trained in one pass.
 
-A relabelled example (`sparse_react.relabel`) is the recorded episode up to one state, then the
+A relabelled example (`sparse_react.training.relabel`) is the recorded episode up to one state, then the
 expert's label there. Trained one by one, the states of a 40-step episode send its shared record
 through the model 40 times to learn 40 short labels. A pack holds the record once (the trunk) and
 each label as a branch after it: the branch repeats the last token of its own prefix (so that the

@@ -20,11 +20,11 @@ from typing import Iterable, Sequence
 
 from sparse_react.agent import Context
 from sparse_react.errors import UserError
-from sparse_react.games.catalog import GameRef, GameSetError, find_games
+from sparse_react.household.catalog import GameRef, GameSetError, find_games
+from sparse_react.household.tasks import TaskType
 from sparse_react.lines import Kind, thought_line
 from sparse_react.report import load_runs
 from sparse_react.rhythms import get_rhythm
-from sparse_react.tasks import TaskType
 from sparse_react.trajectory import BadLine, Episode
 
 DATA_FORMAT = "sparse_react.sft/1"
