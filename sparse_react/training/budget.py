@@ -62,10 +62,15 @@ def check_base(base: str | None) -> None:
 
 
 def parameter_count(base: str | None) -> float:
-    """The base's parameters, estimated from the size of its weight files (the embedded model: 135M)."""
-    if base is None:
+    """The base's parameters, estimated from the size of its weight files (the embedded model, or a base
+    whose files say nothing: 135M)."""
+    path = Path(base).expanduser() if base is not None else None
+    if path is None or not path.exists():
         return REFERENCE_PARAMS
-    path = Path(base).expanduser()
+    return _from_files(path) or REFERENCE_PARAMS
+
+
+def _from_files(path: Path) -> float:
     if path.is_file():  # a quantized .gguf: about 4.5 bits a weight
         return path.stat().st_size * 8 / 4.5
     if not (path / "config.json").is_file():
