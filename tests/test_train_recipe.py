@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -180,3 +181,18 @@ def test_hours_scale_every_stages_steps(tiny):
     assert full == [120, 60, 60, 60]
     half = RecipeSettings(hours=2.0).steps()
     assert all(h < f for h, f in zip(half, full)) and abs(half[0] - 2 * half[1]) <= 1
+
+
+def test_every_command_the_recipe_ran_is_a_command_line_that_parses(recipe):
+    from typer.main import get_command
+
+    text = (recipe / "recipe.md").read_text()
+    ran = text.split("# which ran:\n")[1].split("```")[0].splitlines()
+    assert {line.split()[1] for line in ran} == {"games", "eval", "export", "finetune", "rounds"}
+    group = get_command(app)
+    for line in ran:
+        words = shlex.split(line)[1:]
+        command = group.commands[words[0]]
+        if words[0] == "games":
+            command, words = command.commands[words[1]], words[1:]
+        command.make_context(words[0], words[1:])  # an unknown or renamed flag fails here

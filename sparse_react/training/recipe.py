@@ -184,9 +184,7 @@ def train_agent(settings: RecipeSettings, out: str | Path) -> Path:
                    left(0))
     data = _expert_data(settings, out, source, expert_games, pipeline)
     progress.stage(f"stage-0: {steps[0]} steps from the base", steps[0] * rates.step, left(0))
-    from sparse_react.training.finetune import (
-        finetune,  # torch: only the child process that trains needs it
-    )
+    from sparse_react.training.finetune import finetune  # torch: only the child process that trains needs it
 
     pipeline.run(Stage("finetune", finetune, options={
         "data": data, "out": stage0 / "model", "options": settings.training(steps[0], FIRST_LR)}, isolated=True),
@@ -326,10 +324,14 @@ def _round(settings: RecipeSettings, folder: Path, kind: str, k: int, weak: list
 
 
 def _measured(rates: Rates, model: Path) -> Rates:
-    """The rates with the seconds a step this machine took for stage 0, once it is trained."""
+    """The rates as this machine ran stage 0's steps: a machine N times slower than the measurements
+    (or shared with other work) plays N times slower too."""
     card = json.loads((model / MODEL_CARD).read_text())
     seconds = card.get("seconds") or card.get("seconds_this_run")
-    return replace(rates, step=seconds / card["steps"]) if seconds and card.get("steps") else rates
+    if not seconds or not card.get("steps"):
+        return rates
+    step = seconds / card["steps"]
+    return Rates(step, rates.game * step / rates.step)
 
 
 def _stats(run: Path):
