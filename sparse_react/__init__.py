@@ -29,13 +29,15 @@ from sparse_react.household.env import (
 from sparse_react.household.tasks import TaskType
 from sparse_react.options import ModelOptions
 from sparse_react.rhythms import RHYTHMS
+from sparse_react.training.recipe import RecipeSettings, train_agent
 from sparse_react.trajectory import Episode, Failure, read_episodes, read_records
 
 register_envs()
+train = train_agent  # `sparse_react.train(RecipeSettings(...), out)`: what `sparse-react train` does
 
 __all__ = [
     "find_games", "load_policy", "make_env", "run_episode", "evaluate", "Results", "read_episodes", "read_records",
-    "ModelOptions", "load_policy_from", "evaluate_with",
+    "ModelOptions", "load_policy_from", "evaluate_with", "RecipeSettings", "train_agent", "train",
     "Policy", "Context", "Decision", "LoopRules", "Budget", "Episode", "Failure", "GameRef", "TaskType", "RHYTHMS",
     "HouseholdEnv", "ThinkWrapper", "StepBudget", "ENV_ID", "REACT_ENV_ID", "register_envs", "UserError",
     "__version__",

@@ -17,6 +17,7 @@ from sparse_react.household.catalog import BUNDLED_SPLITS, GameSetError, count_b
 from sparse_react.household.tasks import TaskType
 from sparse_react.lines import NOTHING_HAPPENS, is_thought
 from sparse_react.options import DEFAULT_LORA_RANK, ModelOptions, RelabelOptions, TrainOptions
+from sparse_react.training.recipe import RecipeSettings
 from sparse_react.training.rounds import RoundsSettings
 from sparse_react.trajectory import RecordError
 
@@ -401,6 +402,25 @@ def rounds(
 
     path = run_rounds(settings, out)
     typer.echo(path.read_text())
+
+
+@app.command()
+@with_options(settings=RecipeSettings)
+def train(
+    out: Path = typer.Option(..., help="The recipe's folder: its adapter/ is the result; rerun the same command to "
+                             "resume."),
+    settings: RecipeSettings = RecipeSettings(),
+) -> None:
+    """From a base causal LM to an agent: the searching expert's data, a LoRA adapter, expert rounds on the task types
+    the dev split shows weak, each kept only if the dev split says so (docs/training.md, The recipe)."""
+    from sparse_react.training.recipe import train_agent
+
+    _INTERRUPTED[0] = f"what the finished stages wrote is in {out}; rerun the same command to resume"
+    try:
+        adapter = train_agent(settings, out)
+    except KeyboardInterrupt:
+        _interrupted()
+    typer.echo(f"sparse-react eval --model {adapter} --rhythms {settings.rhythm}")
 
 
 def main() -> None:

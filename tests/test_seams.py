@@ -52,6 +52,7 @@ LAYERS = [
     "policies.hf", "policies.shipped", "policies.served", "policies",
     "options", "evaluation", "api", "resume",
     "training.export", "training.relabel", "training.packing", "training.finetune", "training.stages", "training.rounds",
+    "training.dev_split", "training.budget", "training.recipe",
     "view.links", "view.records", "view.pages", "view.render", "view.steer", "view.app", "view.serve", "view.static", "view",
     "cli_options", "cli", "",
 ]
@@ -60,6 +61,7 @@ LAZY = {  # modules that import parts of the package inside functions, and why
     "cli": "each command loads only what it runs (torch for a model, not for `games list`)",
     "policies": "torch and transformers load only when a model policy is asked for",
     "training.rounds": "torch loads only for a round's training, and only the child process that trains needs it",
+    "training.recipe": "torch loads only for a stage's training, in the child process that trains",
     "models.served": "a served model needs no torch: transformers loads only for a local chat template",
 }
 

@@ -66,6 +66,7 @@ def test_the_wheel_carries_the_data(installed):
                for n in names) == 120
     assert sum(n.startswith("sparse_react/_bundled/prompts/") and n.endswith(".yaml") for n in names) == 6
     assert "sparse_react/policies/search_order.json" in names
+    assert "sparse_react/training/dev_split.txt" in names  # the dev split `sparse-react train` chooses on
     assert {"sparse_react/view/templates/base.html", "sparse_react/view/templates/style.css"} <= set(names)
     for rhythm in shipped_rhythms():
         assert f"sparse_react/adapters/{rhythm}/adapter_model.safetensors" in names
