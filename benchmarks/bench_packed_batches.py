@@ -37,14 +37,9 @@ def child(limit: int, dtype: str, batch: int, threads: int) -> dict:
     torch.set_num_threads(threads)
 
     from sparse_react.agent import LoopRules
-    from sparse_react.api import load_policy_from
+    from sparse_react.api import find_games, load_policy_from  # where both arms' packages have them
     from sparse_react.evaluation import evaluate
     from sparse_react.options import ModelOptions
-
-    try:
-        from sparse_react.household.catalog import find_games
-    except ImportError:  # the layout before sparse_react.household (the `--before` arm)
-        from sparse_react.games.catalog import find_games
 
     policy = load_policy_from(ModelOptions(device="cpu", dtype=dtype), ["sparse"])
     model = policy.policy("sparse").backend.model
