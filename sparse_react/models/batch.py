@@ -146,7 +146,7 @@ class Batch:
                 for i, visible in enumerate(columns):
                     cached[row, i, visible] = True
         seen = torch.cat([cached, allow], dim=2)
-        placed = torch.tensor(self.pos)[:, None].repeat(1, width)  # each new column's position (padding: the row's next)
+        placed = torch.tensor(self.pos)[:, None].repeat(1, width)  # new columns' positions (padding: the row's next)
         for row, start, end, column in spans:
             placed[row, column:column + end - start] = torch.tensor(positions[start:end])
         where = torch.cat([self.where, placed], dim=1)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import Any, Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import torch
 
@@ -65,39 +65,31 @@ class RecomputeBackend(LocalBackend):
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[Scores | Exception]:
         """Mean log-probability of each candidate after its prompt, each candidate fed on its own."""
-        results: list[Scores | Exception] = []
-        with torch.inference_mode():
-            for request in requests:
-                stream = self._own(request.prompt.key)
-                before = stream.tokens
-                self._sync(stream, request.prompt)
-                values = [self._mean_logprob(stream, self.continuation(c)) for c in request.candidates]
-                results.append(Scores(values, stream.tokens - before))
-        return results
+        return self._each(requests, Scores, lambda stream, r: [
+            self._mean_logprob(stream, self.continuation(c)) for c in r.candidates])
 
     def choose(self, requests: Sequence[ChooseRequest]) -> list[Choice | Exception]:
         """The candidate the model writes for each request, token by token within the candidates."""
-        results: list[Choice | Exception] = []
-        with torch.inference_mode():
-            for request in requests:
-                stream = self._own(request.prompt.key)
-                before = stream.tokens
-                self._sync(stream, request.prompt)
-                index = self._walk(stream, [self.continuation(c) for c in request.candidates], request.temperature)
-                results.append(Choice(index, stream.tokens - before))
-        return results
+        return self._each(requests, Choice, lambda stream, r: self._walk(
+            stream, [self.continuation(c) for c in r.candidates], r.temperature))
 
     def generate(self, requests: Sequence[GenerateRequest]) -> list[Generation | Exception]:
         """Each request's line, written after its prompt and forced start to a newline, EOS or its cap."""
-        results: list[Generation | Exception] = []
+        return self._each(requests, Generation, lambda stream, r: self._write(
+            stream, self.continuation(r.forced) if r.forced else [], r.max_tokens, r.temperature))
+
+    def _each(self, requests: Sequence, result: Callable[[Any, int], Any],
+              answer: Callable[[Stream, Any], Any]) -> list:
+        """Each request's `result`: what `answer` gives on its stream brought up to its prompt, and the
+        tokens computed for it."""
+        results = []
         with torch.inference_mode():
             for request in requests:
                 stream = self._own(request.prompt.key)
                 before = stream.tokens
                 self._sync(stream, request.prompt)
-                text = self._write(stream, self.continuation(request.forced) if request.forced else [],
-                                   request.max_tokens, request.temperature)
-                results.append(Generation(text, stream.tokens - before))
+                value = answer(stream, request)
+                results.append(result(value, stream.tokens - before))
         return results
 
     def commit(self, key: Hashable, continuation: str) -> None:
@@ -167,7 +159,7 @@ class RecomputeBackend(LocalBackend):
         if forced:
             after, cache = self._forward(stream, forced, cache)
             logprobs = after[-1]
-        while self.writer._extend(out, self.writer._sample(logprobs, temperature), limit):
+        while self.writer.extend(out, self.writer.sample(logprobs, temperature), limit):
             after, cache = self._forward(stream, [out[-1]], cache)
             self.stats["tokens_encoded"] -= 1  # a written token fed back is counted once, as generated
             stream.tokens -= 1

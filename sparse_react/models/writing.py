@@ -83,7 +83,7 @@ class Writer:
         while live:
             step, drafts = {}, {}
             for row in sorted(live):
-                if not self._extend(out[row], self._sample(logprobs[row], temperatures[row]), limits[row]):
+                if not self.extend(out[row], self.sample(logprobs[row], temperatures[row]), limits[row]):
                     live.discard(row)
                     continue
                 drafts[row] = self._draft(batch.streams[row].ids[-DRAFT_KEY:] + forced[row] + out[row],
@@ -102,7 +102,7 @@ class Writer:
                         break
                     used += 1
                     self.stats["draft_tokens_accepted"] += 1
-                    if not self._extend(out[row], guess, limits[row]):
+                    if not self.extend(out[row], guess, limits[row]):
                         live.discard(row)
                         break
                 logprobs[row] = after[used - 1]
@@ -126,7 +126,7 @@ class Writer:
         probs = torch.softmax(torch.tensor(scores) / temperature, dim=0)
         return int(torch.multinomial(probs, 1, generator=self.generator))
 
-    def _extend(self, written: list[int], token: int, limit: int) -> bool:
+    def extend(self, written: list[int], token: int, limit: int) -> bool:
         """Append `token` to a line being written; False when the line has ended (a stop token, which
         is not appended, a newline, or the limit)."""
         if token in self.stops:
@@ -145,7 +145,8 @@ class Writer:
         for end in range(DRAFT_KEY, len(written)):
             self._drafts[tuple(written[end - DRAFT_KEY:end])] = written[end:end + DRAFT_LENGTH]
 
-    def _sample(self, logprobs: torch.Tensor, temperature: float) -> int:
+    def sample(self, logprobs: torch.Tensor, temperature: float) -> int:
+        """The next token: the likeliest at temperature 0, else drawn from the tempered distribution."""
         if temperature <= 0:
             return int(torch.argmax(logprobs))
         probs = torch.softmax(logprobs.cpu() / temperature, dim=-1)
