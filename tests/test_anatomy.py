@@ -4,6 +4,8 @@ is), on episodes of every task type; and its measures count what they say."""
 
 from __future__ import annotations
 
+import os
+
 from collections import Counter, defaultdict
 
 import pytest
@@ -121,7 +123,10 @@ def test_the_report_shows_where_thoughts_go_with_the_few_shot_reference_and_pict
     assert report.returncode == 0, report.stderr
     section = report.stdout.split("## Where thoughts go")[1]
     rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| ")}
-    assert rows["few-shot examples (sparse)"].split("|")[2].strip() == "18"  # 6 task types x 3 examples
+    if os.environ.get("ALFWORLD_DATA"):  # the few-shot examples replay on ALFWorld's games
+        assert rows["few-shot examples (sparse)"].split("|")[2].strip() == "18"  # 6 task types x 3 examples
+    else:
+        assert "few-shot examples (sparse)" not in rows
     assert rows["sparse"].split("|")[2].strip() == "4" and rows["act"].split("|")[3].strip() == "0"
     assert "sparse vs act" not in section  # the searching expert wins all: no split game to pair
     for picture in ("thought_kinds.png", "timelines.png"):
