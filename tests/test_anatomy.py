@@ -4,7 +4,6 @@ is), on episodes of every task type; and its measures count what they say."""
 
 from __future__ import annotations
 
-import os
 
 from collections import Counter, defaultdict
 
@@ -17,6 +16,7 @@ from sparse_react.household.env import HouseholdEnv
 from sparse_react.lines import Kind
 from sparse_react.policies.expert import ExpertPolicy, SearchingExpertPolicy
 from sparse_react.trajectory import Entry
+from checks import alfworld_found
 
 SUBGOAL_OPENINGS = ("Now I have the", "I have the", "One ", "Now I find", "The ")
 REASONS = ("I'll ", "There is the", "I'm at the")
@@ -123,7 +123,7 @@ def test_the_report_shows_where_thoughts_go_with_the_few_shot_reference_and_pict
     assert report.returncode == 0, report.stderr
     section = report.stdout.split("## Where thoughts go")[1]
     rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| ")}
-    if os.environ.get("ALFWORLD_DATA"):  # the few-shot examples replay on ALFWorld's games
+    if alfworld_found():  # the few-shot examples replay on ALFWorld's games
         assert rows["few-shot examples (sparse)"].split("|")[2].strip() == "18"  # 6 task types x 3 examples
     else:
         assert "few-shot examples (sparse)" not in rows

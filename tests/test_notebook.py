@@ -6,7 +6,6 @@ this interpreter (a venv with ipykernel installed needs no user kernelspec).
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from sparse_react.evaluation import RunSettings, evaluate  # noqa: E402
 from sparse_react.household.tasks import TaskType  # noqa: E402
 from sparse_react.policies.expert import ExpertPolicy  # noqa: E402
 from sparse_react.trajectory import read_episodes  # noqa: E402
+from checks import alfworld_found  # noqa: E402
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOK = NOTEBOOKS / "compare_rhythms.ipynb"
@@ -89,7 +89,7 @@ def test_notebook_runs_on_a_run_folder(run_dir, monkeypatch):
     images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert len(images) == 5  # the report's three plots, then where thoughts go: kinds by rhythm, timelines
     assert "| dense | 6 |" in outputs  # the anatomy table, with the few-shot examples where ALFWorld's games are
-    assert ("| few-shot examples (sparse) | 18 |" in outputs) == bool(os.environ.get("ALFWORLD_DATA"))
+    assert ("| few-shot examples (sparse) | 18 |" in outputs) == alfworld_found()
 
     # The sparse-vs-dense section shows a trajectory, marking a dense-only thought of a shown game.
     start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith(EXAMPLES_HEADING))
